@@ -1,0 +1,91 @@
+"""Engines and schema migrations.
+
+SQLite: WAL + busy_timeout + synchronous=NORMAL so several tuner processes can
+write one file; transactions are begun by us (pysqlite's own handling breaks
+savepoints and transactional DDL), and write transactions take the lock up
+front with BEGIN IMMEDIATE, which busy_timeout can wait for (a deferred
+transaction that upgrades to a write would fail at once with SQLITE_BUSY).
+PostgreSQL: migrations run under an advisory lock, so two processes opening a
+fresh database at once do not both create the tables.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+_PG_MIGRATION_LOCK = 0x7475_6E65  # "tune"
+
+
+def mask(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url
+
+
+def make_engine(url: str) -> tuple[Engine, Engine]:
+    """(engine for reads, engine for writes): on SQLite the writer begins IMMEDIATE."""
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        if u.database and u.database != ":memory:" and not u.database.startswith("file:"):
+            Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(u, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn, _record):
+            dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (see module doc)
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn):
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("tt_write") else "BEGIN")
+
+        return engine, engine.execution_options(tt_write=True)
+    connect_args = {"connect_timeout": 10} if u.get_backend_name() == "postgresql" else {}
+    engine = create_engine(u, connect_args=connect_args, pool_pre_ping=True)
+    return engine, engine
+
+
+def alembic_config(connection=None):
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+@lru_cache(maxsize=1)
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def current_revision(conn) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(read_engine: Engine, write_engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to `revision`, atomically (DDL is transactional on both backends)."""
+    if revision == "head":
+        with read_engine.connect() as conn:
+            if current_revision(conn) == head_revision():
+                return  # the common case: no Alembic machinery on every open
+    from alembic import command
+
+    with write_engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+        command.upgrade(alembic_config(conn), revision)

@@ -1,0 +1,75 @@
+"""ORM schema (SQLAlchemy 2.x declarative): the head revision of the migrations.
+
+Migrations in `database/migrations/versions` build this schema step by step;
+`tests/test_database.py` checks that the two agree, so edit both together.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class TargetRow(Base):
+    """A machine (or device) that measurements were taken on; never mix records of two."""
+
+    __tablename__ = "targets"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), unique=True, nullable=False)
+    kind: Mapped[str] = mapped_column(String(50), nullable=False)
+    description: Mapped[dict] = mapped_column(JSON, nullable=False)
+
+
+class WorkloadRow(Base):
+    """A fused subgraph at concrete shapes; `signature` groups the shapes of one dynamic family."""
+
+    __tablename__ = "workloads"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(100), unique=True, nullable=False)
+    signature: Mapped[str] = mapped_column(String(100), index=True, nullable=False)
+    family: Mapped[str] = mapped_column(String(100), nullable=False)
+    template: Mapped[str] = mapped_column(String(100), nullable=False)
+    template_version: Mapped[int] = mapped_column(Integer, nullable=False)
+    json: Mapped[dict] = mapped_column(JSON, nullable=False)
+    shapes: Mapped[list] = mapped_column(JSON, nullable=False)
+    dims: Mapped[dict] = mapped_column(JSON, nullable=False)
+    dtype: Mapped[str] = mapped_column(String(50), nullable=False)
+    flops: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+
+
+class RecordRow(Base):
+    """One measurement, failures included (so the tuner never re-measures a config).
+
+    `template`/`template_version` are kept per record as well as per workload:
+    a workload re-tuned after a template revision keeps its old records exact.
+    """
+
+    __tablename__ = "records"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id"), index=True, nullable=False)
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id"), nullable=False)
+    template: Mapped[str] = mapped_column(String(100), nullable=False)
+    template_version: Mapped[int] = mapped_column(Integer, nullable=False)
+    config: Mapped[str] = mapped_column(Text, nullable=False)  # json.dumps(config, sort_keys=True)
+    config_hash: Mapped[str] = mapped_column(String(32), nullable=False)
+    latencies: Mapped[list] = mapped_column(JSON, nullable=False)
+    median: Mapped[float | None] = mapped_column(Float, index=True)
+    spread: Mapped[float | None] = mapped_column(Float)  # added by migration 0002
+    status: Mapped[str] = mapped_column(String(32), index=True, nullable=False)
+    error: Mapped[str] = mapped_column(Text, nullable=False, default="")
+    compile_s: Mapped[float | None] = mapped_column(Float)
+    strategy: Mapped[str] = mapped_column(String(100), nullable=False, default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)  # naive UTC
+    version: Mapped[str] = mapped_column(String(50), nullable=False, default="")
+
+    workload: Mapped[WorkloadRow] = relationship(lazy="joined")
+    target: Mapped[TargetRow] = relationship(lazy="joined")
+
+    __table_args__ = (
+        Index("ix_records_lookup", "workload_id", "target_id", "status", "median"),
+    )

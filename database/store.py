@@ -1,0 +1,390 @@
+"""`Database`: every measurement, and the queries the tuner and the runtime ask of them."""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Iterable
+
+from sqlalchemy import case, delete, func, select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from database.engine import make_engine, mask, upgrade
+from database.errors import DatabaseError
+from database.models import RecordRow as R
+from database.models import TargetRow as T
+from database.models import WorkloadRow as W
+from database.record import STATUSES, Record, config_hash, from_utc_naive, to_utc_naive, utcnow
+
+
+def default_url() -> str:
+    return os.environ.get("TENSORTUNE_DB") or "sqlite:///tuning.db"
+
+
+def _cause(e: BaseException) -> str:
+    orig = getattr(e, "orig", None)
+    msg = str(orig if orig is not None else e).strip() or type(e).__name__
+    return msg.splitlines()[0]
+
+
+def _guarded(method):
+    """Database failures surface as one-line DatabaseErrors naming the (masked) URL."""
+
+    @functools.wraps(method)
+    def wrapper(self, *a, **kw):
+        try:
+            return method(self, *a, **kw)
+        except SQLAlchemyError as e:
+            raise DatabaseError(f"database {mask(self.url)}: {method.__name__} failed: {_cause(e)}") from None
+
+    return wrapper
+
+
+def workload_dims(w: dict) -> dict[str, int]:
+    """Concrete sizes of the dynamic dims (same rule as `ir.Workload.dims`)."""
+    out = {}
+    for i in w.get("inputs", []):
+        for d, s in zip(i.get("shape", []), i.get("sym", [])):
+            if isinstance(s, str) and s.isidentifier():
+                out[s] = d
+    return out
+
+
+def _flops(rec: Record) -> int:
+    if rec.flops:
+        return int(rec.flops)
+    try:
+        from ir.workload import Workload
+
+        return int(Workload.from_json(rec.workload).flops())
+    except Exception:  # an unknown op: flops unknown, not an error
+        return 0
+
+
+def _log_distance(a: dict, b: dict) -> float:
+    total = 0.0
+    for name, v in a.items():
+        w = b.get(name)
+        if not isinstance(w, int) or w <= 0 or v <= 0:
+            return math.inf
+        total += abs(math.log2(v) - math.log2(w))
+    return total
+
+
+def _to_record(row: R) -> Record:
+    return Record(
+        workload=row.workload.json, workload_key=row.workload.key, signature=row.workload.signature,
+        family=row.workload.family, template=row.template, template_version=row.template_version,
+        target=row.target.description, config=json.loads(row.config), status=row.status,
+        latencies=list(row.latencies), median=row.median, spread=row.spread, error=row.error,
+        compile_s=row.compile_s, strategy=row.strategy, flops=row.workload.flops,
+        created_at=from_utc_naive(row.created_at), version=row.version, id=row.id)
+
+
+class Database:
+    """Records in SQLite (default, one file) or PostgreSQL (shared by a cluster).
+
+    Every write commits at once, so a killed tuner loses nothing it finished.
+    """
+
+    def __init__(self, url: str | None = None):
+        self.url = url or default_url()
+        self._tcache: dict[str, int] = {}
+        self._wcache: dict[str, tuple[int, int]] = {}  # key -> (id, template_version)
+        self._read = self._write = None
+        try:
+            self._read, self._write = make_engine(self.url)
+            upgrade(self._read, self._write)
+        except Exception as e:
+            self.close()
+            raise DatabaseError(f"cannot open database {mask(self.url)}: {_cause(e)}") from None
+
+    def __repr__(self):
+        return f"Database({mask(self.url)!r})"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        for e in {id(x): x for x in (self._read, self._write) if x is not None}.values():
+            e.dispose()
+        self._read = self._write = None
+
+    # -- sessions ---------------------------------------------------------------------
+    def _session(self) -> Session:
+        if self._read is None:
+            raise DatabaseError(f"database {mask(self.url)} is closed")
+        return Session(self._read, expire_on_commit=False)
+
+    @contextmanager
+    def _writing(self):
+        """One write transaction; id caches learn new rows only once it commits."""
+        if self._write is None:
+            raise DatabaseError(f"database {mask(self.url)} is closed")
+        pending_t, pending_w = {}, {}
+        with Session(self._write, expire_on_commit=False) as s:
+            with s.begin():
+                yield s, pending_t, pending_w
+        self._tcache.update(pending_t)
+        self._wcache.update(pending_w)
+
+    def _insert_ignore(self, s: Session, table, values: dict) -> None:
+        dialect = s.get_bind().dialect.name
+        if dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        elif dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        else:  # other backends: plain insert after a look-up (no concurrent writers assumed)
+            if s.scalar(select(table.c.id).where(table.c.key == values["key"])) is None:
+                s.execute(table.insert().values(**values))
+            return
+        s.execute(insert(table).values(**values).on_conflict_do_nothing(index_elements=["key"]))
+
+    def _target_id(self, s, pend, target: dict) -> int:
+        key = target["key"]
+        if key in self._tcache or key in pend:
+            return self._tcache.get(key) or pend[key]
+        self._insert_ignore(s, T.__table__, {"key": key, "kind": target.get("kind", "cpu"), "description": target})
+        pend[key] = s.scalar(select(T.id).where(T.key == key))
+        return pend[key]
+
+    def _workload_id(self, s, pend, rec: Record) -> int:
+        key = rec.workload_key
+        got = self._wcache.get(key) or pend.get(key)
+        if got is None:
+            w = rec.workload
+            self._insert_ignore(s, W.__table__, dict(
+                key=key, signature=rec.signature, family=rec.family, template=rec.template,
+                template_version=rec.template_version, json=w,
+                shapes=[list(i.get("shape", [])) for i in w.get("inputs", [])],
+                dims=workload_dims(w), dtype=w.get("output_dtype", "float32"), flops=_flops(rec)))
+            got = tuple(s.execute(select(W.id, W.template_version).where(W.key == key)).one())
+        if rec.template_version > got[1]:  # a revised template now serves this workload
+            s.execute(update(W).where(W.id == got[0]).values(template=rec.template, template_version=rec.template_version))
+            got = (got[0], rec.template_version)
+        pend[key] = got
+        return got[0]
+
+    @staticmethod
+    def _check(rec: Record) -> None:
+        if rec.status not in STATUSES:
+            raise DatabaseError(f"record status {rec.status!r} is not one of {', '.join(STATUSES)}")
+        if not isinstance(rec.target, dict) or not isinstance(rec.target.get("key"), str):
+            raise DatabaseError(f"record target {rec.target!r} has no 'key'")
+        if rec.status == "ok" and rec.median is None:
+            raise DatabaseError(f"record of workload {rec.workload_key} has status ok but no median")
+
+    def _insert(self, s, pt, pw, recs: list[Record]) -> list[R]:
+        rows = []
+        for rec in recs:
+            self._check(rec)
+            rows.append(R(
+                workload_id=self._workload_id(s, pw, rec), target_id=self._target_id(s, pt, rec.target),
+                template=rec.template, template_version=rec.template_version,
+                config=json.dumps(rec.config, sort_keys=True), config_hash=config_hash(rec.config),
+                latencies=[float(x) for x in rec.latencies], median=rec.median, spread=rec.spread,
+                status=rec.status, error=rec.error or "", compile_s=rec.compile_s, strategy=rec.strategy or "",
+                created_at=to_utc_naive(rec.created_at) if rec.created_at else utcnow(), version=rec.version or ""))
+        s.add_all(rows)
+        s.flush()
+        return rows
+
+    # -- writes -----------------------------------------------------------------------
+    def add(self, rec: Record) -> int:
+        return self.add_many([rec])[0]
+
+    @_guarded
+    def add_many(self, recs: Iterable[Record]) -> list[int]:
+        """Add and commit; sets `id` and `created_at` on the given records."""
+        recs = list(recs)
+        with self._writing() as (s, pt, pw):
+            rows = self._insert(s, pt, pw, recs)
+        for rec, row in zip(recs, rows):
+            rec.id, rec.created_at = row.id, from_utc_naive(row.created_at)
+        return [row.id for row in rows]
+
+    # -- queries ----------------------------------------------------------------------
+    @staticmethod
+    def _where(workload_key=None, target_key=None, template=None, status=None, family=None, signature=None):
+        conds = []
+        for col, v in ((W.key, workload_key), (T.key, target_key), (R.template, template),
+                       (R.status, status), (W.family, family), (W.signature, signature)):
+            if v is not None:
+                conds.append(col == v)
+        return conds
+
+    @staticmethod
+    def _ranked(conds, partition_by, n: int):
+        """ok records ranked by median within each partition, the first `n` of each kept."""
+        rn = func.row_number().over(partition_by=partition_by, order_by=(R.median.asc(), R.id.asc())).label("rn")
+        sub = (select(R.id.label("rid"), rn).join(W, R.workload_id == W.id).join(T, R.target_id == T.id)
+               .where(R.status == "ok", R.median.is_not(None), *conds).subquery())
+        return select(R).join(sub, R.id == sub.c.rid).where(sub.c.rn <= n)
+
+    @_guarded
+    def best(self, workload_key: str, target_key: str | None = None, k: int = 1) -> list[Record]:
+        """The k fastest distinct configs (status ok, by median)."""
+        stmt = self._ranked(self._where(workload_key, target_key), (R.target_id, R.config_hash), 1)
+        with self._session() as s:
+            rows = s.scalars(stmt.order_by(R.median, R.id).limit(k)).unique().all()
+            return [_to_record(r) for r in rows]
+
+    @_guarded
+    def best_per_workload(self, target_key=None, family=None, template=None) -> list[Record]:
+        """The fastest record of each (workload, target)."""
+        stmt = self._ranked(self._where(target_key=target_key, family=family, template=template),
+                            (R.workload_id, R.target_id), 1)
+        with self._session() as s:
+            rows = s.scalars(stmt).unique().all()
+            recs = [_to_record(r) for r in rows]
+        return sorted(recs, key=lambda r: (r.family, r.workload_key, r.target_key))
+
+    @_guarded
+    def nearest(self, signature: str, dims: dict[str, int], target_key=None, template=None) -> Record | None:
+        """Best record of the same-signature workload whose dynamic dims are closest in log2 space."""
+        stmt = self._ranked(self._where(target_key=target_key, template=template, signature=signature),
+                            (R.workload_id,), 1)
+        with self._session() as s:
+            rows = s.scalars(stmt).unique().all()
+            scored = [(_log_distance(dict(dims), r.workload.dims), r.median, r.id, r) for r in rows]
+            scored = [x for x in scored if x[0] != math.inf]
+            return _to_record(min(scored, key=lambda x: x[:3])[3]) if scored else None
+
+    @_guarded
+    def measured(self, workload_key: str, target_key: str) -> dict[str, float | None]:
+        """config_hash -> best median (None: only failures), so the tuner never re-measures."""
+        stmt = (select(R.config_hash, R.status, R.median).join(W, R.workload_id == W.id)
+                .join(T, R.target_id == T.id).where(*self._where(workload_key, target_key)))
+        out: dict[str, float | None] = {}
+        with self._session() as s:
+            for h, status, median in s.execute(stmt):
+                m = median if status == "ok" else None
+                prev = out.get(h)
+                if h not in out or (m is not None and (prev is None or m < prev)):
+                    out[h] = m
+        return out
+
+    def _select_records(self, conds, order, limit=None):
+        stmt = select(R).join(W, R.workload_id == W.id).join(T, R.target_id == T.id).where(*conds).order_by(*order)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._session() as s:
+            return [_to_record(r) for r in s.scalars(stmt).unique().all()]
+
+    @_guarded
+    def records(self, workload_key=None, target_key=None, template=None, status=None, limit=None) -> list[Record]:
+        return self._select_records(self._where(workload_key, target_key, template, status), (R.id,), limit)
+
+    @_guarded
+    def history(self, workload_key: str, target_key: str | None = None) -> list[Record]:
+        return self._select_records(self._where(workload_key, target_key), (R.created_at, R.id))
+
+    @_guarded
+    def workloads(self, family=None, template=None) -> list[dict]:
+        agg = (select(R.workload_id, func.count().label("n"),
+                      func.min(case((R.status == "ok", R.median))).label("best"))
+               .group_by(R.workload_id).subquery())
+        stmt = select(W, agg.c.n, agg.c.best).outerjoin(agg, agg.c.workload_id == W.id)
+        if family is not None:
+            stmt = stmt.where(W.family == family)
+        if template is not None:
+            stmt = stmt.where(W.template == template)
+        with self._session() as s:
+            rows = s.execute(stmt.order_by(W.family, W.key)).all()
+        return [{"key": w.key, "signature": w.signature, "family": w.family, "template": w.template,
+                 "version": w.template_version, "shapes": w.shapes, "dims": w.dims, "dtype": w.dtype,
+                 "flops": w.flops, "n_records": n or 0, "best_median": best} for w, n, best in rows]
+
+    @_guarded
+    def stats(self) -> dict:
+        with self._session() as s:
+            n_rec, compile_s, first, last = s.execute(
+                select(func.count(R.id), func.sum(R.compile_s), func.min(R.created_at), func.max(R.created_at))).one()
+            by_status = dict(s.execute(select(R.status, func.count()).group_by(R.status)).all())
+            return {"workloads": s.scalar(select(func.count(W.id))), "targets": s.scalar(select(func.count(T.id))),
+                    "records": n_rec, "by_status": dict(sorted(by_status.items())),
+                    "compile_s": float(compile_s or 0.0),
+                    "first": from_utc_naive(first).isoformat() if first else None,
+                    "last": from_utc_naive(last).isoformat() if last else None}
+
+    # -- import / export ----------------------------------------------------------------
+    @_guarded
+    def export_jsonl(self, path) -> int:
+        """Write every record as one JSON line (atomically: temp file, then rename)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        n = 0
+        try:
+            with self._session() as s, open(tmp, "w", encoding="utf-8") as f:
+                for row in s.scalars(select(R).order_by(R.id).execution_options(yield_per=500)).unique():
+                    f.write(json.dumps(_to_record(row).to_json(), sort_keys=True) + "\n")
+                    n += 1
+            os.replace(tmp, path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise DatabaseError(f"cannot write {path}: {e.strerror or e}") from None
+        return n
+
+    @_guarded
+    def import_jsonl(self, path) -> tuple[int, int]:
+        """Add the records of a JSON-lines file, all or nothing: (added, skipped as duplicates)."""
+        from database.jsonl import read_records
+
+        recs = read_records(path)
+        with self._writing() as (s, pt, pw):
+            seen: dict[tuple, set] = {}
+            fresh = []
+            for rec in recs:
+                pair = (rec.workload_key, rec.target["key"])
+                if pair not in seen:
+                    q = (select(R.config_hash, R.created_at).join(W, R.workload_id == W.id)
+                         .join(T, R.target_id == T.id).where(W.key == pair[0], T.key == pair[1]))
+                    seen[pair] = {(h, t) for h, t in s.execute(q)}
+                ident = (rec.config_hash, to_utc_naive(rec.created_at) if rec.created_at else None)
+                if ident[1] is not None and ident in seen[pair]:
+                    continue
+                seen[pair].add(ident)
+                fresh.append(rec)
+            self._insert(s, pt, pw, fresh)
+        return len(fresh), len(recs) - len(fresh)
+
+    # -- maintenance --------------------------------------------------------------------
+    @_guarded
+    def prune(self, keep_top_k: int | None = None, failures_older_than_days: float | None = None) -> int:
+        """Delete ok records beyond the k best per (workload, target) and/or failures older than N days.
+
+        Workloads and targets left without records go too; SQLite files are VACUUMed.
+        """
+        deleted = 0
+        with self._writing() as (s, _, _):
+            if keep_top_k is not None:
+                rn = func.row_number().over(partition_by=(R.workload_id, R.target_id),
+                                            order_by=(R.median.asc(), R.id.asc())).label("rn")
+                ranked = select(R.id.label("rid"), rn).where(R.status == "ok").subquery()
+                doomed = select(ranked.c.rid).where(ranked.c.rn > keep_top_k)
+                deleted += s.execute(delete(R).where(R.id.in_(doomed)), execution_options={"synchronize_session": False}).rowcount
+            if failures_older_than_days is not None:
+                cutoff = utcnow() - timedelta(days=failures_older_than_days)
+                deleted += s.execute(delete(R).where(R.status != "ok", R.created_at < cutoff),
+                                     execution_options={"synchronize_session": False}).rowcount
+            s.execute(delete(W).where(~select(R.id).where(R.workload_id == W.id).exists()),
+                      execution_options={"synchronize_session": False})
+            s.execute(delete(T).where(~select(R.id).where(R.target_id == T.id).exists()),
+                      execution_options={"synchronize_session": False})
+        self._tcache.clear()
+        self._wcache.clear()
+        if self._write.dialect.name == "sqlite":
+            raw = self._write.raw_connection()
+            try:
+                raw.driver_connection.execute("VACUUM")
+            finally:
+                raw.close()
+        return deleted

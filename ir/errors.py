@@ -15,3 +15,7 @@ class UnsupportedOpError(TensortuneError):
 
 class ShapeError(TensortuneError):
     """A shape that is inconsistent, or a dynamic dim bound outside its declared range."""
+
+
+class DataDependentShapeError(ShapeError):
+    """An output shape depends on tensor data (not on shapes): only the model's annotation can tell."""

@@ -51,12 +51,18 @@ class Graph:
     dims: dict[str, DimRange] = field(default_factory=dict)
     name: str = "graph"
     hints: dict[str, TensorType] = field(default_factory=dict)  # ONNX's own annotations
+    # symbolic values of small int tensors computed from shapes (Shape -> Gather -> Concat)
+    values: dict[str, Any] = field(default_factory=dict)
+    # (dim_a, dim_b, node name): dims two inputs must share, checked when sizes are bound
+    constraints: list = field(default_factory=list)
+    opset: int = 17  # default-domain opset of the source model (for per-node fallback)
 
     def copy(self, **changes) -> "Graph":
         g = replace(self, **changes)
         g.nodes = list(g.nodes)
         g.inputs, g.outputs = list(g.inputs), list(g.outputs)
         g.constants, g.types, g.dims, g.hints = dict(g.constants), dict(g.types), dict(g.dims), dict(g.hints)
+        g.values, g.constraints = dict(g.values), list(g.constraints)
         return g
 
     def producers(self) -> dict[str, Node]:

@@ -19,6 +19,10 @@ _DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64"
            onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
 
 
+# ops whose semantics changed between opsets in a way attributes do not show
+_OPSET_DEPENDENT = {"Softmax", "LogSoftmax", "Hardmax"}
+
+
 def load_onnx(model) -> onnx.ModelProto:
     """Read and validate a model; every failure is a `ModelError` naming the file."""
     if isinstance(model, onnx.ModelProto):
@@ -91,6 +95,7 @@ def import_onnx(model, dims: dict[str, DimRange] | None = None) -> Graph:
         t = _type_of(vi, dim_names)
         if t is not None:
             hints[vi.name] = t
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
     nodes = []
     for i, n in enumerate(g.node):
         attrs = {a.name: _attr_value(a) for a in n.attribute}
@@ -99,6 +104,8 @@ def import_onnx(model, dims: dict[str, DimRange] | None = None) -> Graph:
             continue
         if n.domain not in ("", "ai.onnx"):
             attrs["_domain"] = n.domain
+        elif n.op_type in _OPSET_DEPENDENT:
+            attrs["_opset"] = opset
         nodes.append(Node(n.op_type, tuple(n.input), tuple(n.output), attrs, n.name or f"{n.op_type}_{i}"))
     declared = dict(dims or {})
     ranges = {name: declared.pop(name, DimRange(name)) for name in dim_names.values()}
@@ -107,7 +114,7 @@ def import_onnx(model, dims: dict[str, DimRange] | None = None) -> Graph:
                          f"(it has: {sorted(ranges) or 'none'})")
     graph = Graph(nodes, inputs, [o.name for o in g.output], constants, types, ranges,
                   name=Path(str(model)).stem if not isinstance(model, onnx.ModelProto) else (g.name or "model"),
-                  hints=hints)
+                  hints=hints, opset=opset)
     return graph
 
 

@@ -3,36 +3,76 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.errors import ShapeError, UnsupportedOpError
+from ir.errors import DataDependentShapeError, ShapeError, UnsupportedOpError
 from ir.graph import Graph, Node, TensorType
-from ir.ops import OPS, get_op
-from ir.shapes import format_shape
+from ir.ops import OPS, VALUE_FNS, get_op, take_constraints
+from ir.shapes import format_shape, simplify_dim
 
 
 def infer_shapes(g: Graph) -> Graph:
-    """Give every value a (possibly symbolic) type, in topological order."""
+    """Give every value a (possibly symbolic) type, in topological order.
+
+    Alongside types it tracks the symbolic *values* of small int tensors computed
+    from shapes (`g.values`), so Reshape targets built by Shape/Gather/Concat stay
+    exact, and collects dim equalities two inputs must satisfy (`g.constraints`).
+    """
     g = g.copy()
+    g.values = {}
+    take_constraints()
     for n in g.nodes:
         in_types = [g.type_of(i) if i else None for i in n.inputs]
-        consts = [g.constants.get(i) for i in n.inputs]
+        consts = [g.constants.get(i, g.values.get(i)) if i else None for i in n.inputs]
         if n.op in OPS:
             try:
                 outs = OPS[n.op].infer(n, in_types, consts)
+            except DataDependentShapeError:
+                if not all(o in g.hints for o in n.outputs if o):
+                    raise
+                outs = [g.hints.get(o) for o in n.outputs]
             except (ShapeError, UnsupportedOpError):
+                take_constraints()
                 raise
             except Exception as e:
-                raise ShapeError(f"node '{n.name}' ({n.op}): shape inference failed: {e}") from None
-        elif all(o in g.hints for o in n.outputs):
-            outs = [g.hints[o] for o in n.outputs]  # opaque op: trust ONNX's annotation
+                take_constraints()
+                raise ShapeError(f"node '{n.name}' ({n.op}): shape inference failed: {type(e).__name__}: {e}") from None
+        elif all(o in g.hints for o in n.outputs if o):
+            outs = [g.hints.get(o) for o in n.outputs]  # opaque op: trust ONNX's annotation
         else:
             raise UnsupportedOpError(f"op '{n.op}' (node '{n.name}') is not supported by tensortune "
                                      f"and the model does not annotate its output shapes")
         for o, t in zip(n.outputs, outs):
-            g.types[o] = t
+            if o and t is not None:
+                g.types[o] = t
+        _propagate_value(g, n, consts, in_types)
+    g.constraints = _dedupe(take_constraints())
     for o in g.outputs:
         if o in g.hints and o in g.types:
             _check_agrees(g.types[o], g.hints[o], o)
     return g
+
+
+def _propagate_value(g: Graph, n: Node, consts, in_types) -> None:
+    fn = VALUE_FNS.get(n.op)
+    if fn is None or not all(g.types.get(o, TensorType(())).dtype in ("int64", "int32", "bool") for o in n.outputs if o):
+        return
+    vals = [None if c is None else np.asarray(c, dtype=object) for c in consts]
+    try:
+        outs = fn(n, vals, in_types)
+    except Exception:
+        return  # a value we cannot track symbolically is just unknown
+    for o, v in zip(n.outputs, outs or []):
+        if o and v is not None and np.size(v) <= 64:
+            g.values[o] = v
+
+
+def _dedupe(pairs: list) -> list:
+    out, seen = [], set()
+    for a, b, where in pairs:
+        key = frozenset((str(a), str(b)))
+        if key not in seen:
+            seen.add(key)
+            out.append((a, b, where))
+    return out
 
 
 def _check_agrees(ours: TensorType, theirs: TensorType, name: str) -> None:
@@ -44,20 +84,40 @@ def _check_agrees(ours: TensorType, theirs: TensorType, name: str) -> None:
 
 
 def fold_constants(g: Graph) -> Graph:
-    """Evaluate nodes whose inputs are all constants, with the ops' NumPy references."""
+    """Evaluate nodes whose inputs are all constants, with the ops' NumPy references.
+
+    Shape subgraphs fold too: a node whose output value `infer_shapes` resolved to
+    plain ints (e.g. Shape of a static tensor, Gather of a static dim) becomes a constant.
+    Results far larger than their inputs (ConstantOfShape, Expand) stay nodes.
+    """
     g = g.copy()
     kept = []
     for n in g.nodes:
-        if n.op in OPS and n.inputs and all((not i) or i in g.constants for i in n.inputs) \
-                and not set(n.outputs) & set(g.outputs):
-            values = OPS[n.op].ref(n, [g.constants.get(i) for i in n.inputs])
-            for o, v in zip(n.outputs, values):
-                g.constants[o] = np.asarray(v)
-                g.types.pop(o, None)
-        else:
-            kept.append(n)
+        if n.op in OPS and not set(n.outputs) & set(g.outputs):
+            known = [o for o in n.outputs if o]
+            if all(o in g.values and _all_ints(g.values[o]) for o in known) and known:
+                for o in known:
+                    g.constants[o] = np.asarray(g.values[o].tolist(), dtype=g.types[o].dtype) \
+                        if np.ndim(g.values[o]) else np.asarray(int(g.values[o]), dtype=g.types[o].dtype)
+                    g.types.pop(o, None)
+                continue
+            if n.inputs and all((not i) or i in g.constants for i in n.inputs):
+                values = OPS[n.op].ref(n, [g.constants.get(i) if i else None for i in n.inputs])
+                in_bytes = sum(g.constants[i].nbytes for i in n.inputs if i)
+                out_bytes = sum(np.asarray(v).nbytes for v in values)
+                if out_bytes <= max(1 << 20, 4 * in_bytes):
+                    for o, v in zip(n.outputs, values):
+                        if o:
+                            g.constants[o] = np.asarray(v)
+                            g.types.pop(o, None)
+                    continue
+        kept.append(n)
     g.nodes = kept
     return g
+
+
+def _all_ints(v) -> bool:
+    return all(isinstance(x, (int, np.integer)) for x in np.asarray(v, dtype=object).reshape(-1).tolist())
 
 
 def eliminate_dead_code(g: Graph) -> Graph:
@@ -75,19 +135,122 @@ def eliminate_dead_code(g: Graph) -> Graph:
     return g
 
 
+def _same_shape(a, b) -> bool:
+    return len(a) == len(b) and all(simplify_dim(x - y) == 0 if not (isinstance(x, int) and isinstance(y, int))
+                                    else x == y for x, y in zip(a, b))
+
+
+def _is_noop(g: Graph, n: Node) -> bool:
+    """Identity, inference Dropout, Cast to the same dtype, shape ops that keep the shape."""
+    if n.op == "Identity":
+        return True
+    if n.op == "Dropout":
+        unused_mask = len(n.outputs) < 2 or not n.outputs[1]
+        return unused_mask and not (len(n.inputs) > 2 and n.inputs[2])
+    x, y = g.types.get(n.inputs[0]) if n.inputs else None, g.types.get(n.outputs[0])
+    if x is None:
+        x = g.type_of(n.inputs[0]) if n.inputs and n.inputs[0] in g.constants else None
+    if x is None or y is None:
+        return False
+    if n.op == "Cast":
+        return x.dtype == y.dtype
+    if n.op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Pad", "Slice", "Tile"):
+        return x.dtype == y.dtype and _same_shape(x.shape, y.shape) and (n.op != "Pad" or
+                                                                         n.attrs.get("mode", "constant") == "constant")
+    if n.op == "Transpose":
+        perm = n.attrs.get("perm")
+        return perm is not None and list(perm) == sorted(perm) or (perm is None and x.rank <= 1)
+    return False
+
+
 def remove_identities(g: Graph) -> Graph:
-    """Remove Identity / inference Dropout by renaming their output to their input."""
+    """Remove no-op nodes by renaming their output to their input (needs types: run after infer_shapes)."""
     g = g.copy()
     rename: dict[str, str] = {}
     kept = []
     for n in g.nodes:
         n = Node(n.op, tuple(rename.get(i, i) for i in n.inputs), n.outputs, n.attrs, n.name)
-        if n.op in ("Identity", "Dropout") and n.outputs[0] not in g.outputs:
+        if n.outputs[0] not in g.outputs and _is_noop(g, n):
             rename[n.outputs[0]] = n.inputs[0]
             continue
         kept.append(n)
     g.nodes = kept
     return g
+
+
+def fold_batchnorm(g: Graph) -> Graph:
+    """BatchNormalization -> folded into the Conv / MatMul(+bias Add) before it, else Mul + Add.
+
+    BN(x) = a * x + b per channel, so `Conv(W, c)` then BN is `Conv(a*W, a*c + b)`; for a
+    2-D MatMul output the channel is the last axis: `x @ (W * a) + (c * a + b)`.
+    A BN that cannot fold becomes Mul/Add with [C, 1, ...] constants (fusable epilogues).
+    """
+    from ir.ops.nn import bn_scale_shift
+    g = g.copy()
+    producers, consumers = g.producers(), g.consumers()
+    drop: set[str] = set()
+    replace: dict[str, list[Node]] = {}
+    for bn in g.nodes:
+        if bn.op != "BatchNormalization" or bn.attrs.get("training_mode", 0) \
+                or not all(i in g.constants for i in bn.inputs[1:5]):
+            continue
+        a, b = bn_scale_shift(bn, *(g.constants[i] for i in bn.inputs[1:5]))
+        x, y = bn.inputs[0], bn.outputs[0]
+        p = producers.get(x)
+        single = p is not None and len(consumers.get(x, [])) == 1 and x not in g.outputs and p.name not in drop
+        rank = g.type_of(x).rank
+        if single and p.op == "Conv" and p.inputs[1] in g.constants and \
+                (len(p.inputs) < 3 or not p.inputs[2] or p.inputs[2] in g.constants):
+            w = g.constants[p.inputs[1]]
+            c = g.constants[p.inputs[2]] if len(p.inputs) > 2 and p.inputs[2] else np.zeros(w.shape[0], w.dtype)
+            g.constants[f"{p.name}/w_bn"] = (w * a.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+            g.constants[f"{p.name}/b_bn"] = (c * a + b).astype(w.dtype)
+            replace[p.name] = [Node("Conv", (p.inputs[0], f"{p.name}/w_bn", f"{p.name}/b_bn"), (y,), p.attrs, p.name)]
+            drop.add(bn.name)
+            continue
+        if single and rank == 2 and p.op == "Add":
+            mm = producers.get(p.inputs[0])
+            bias = p.inputs[1]
+            if mm is not None and mm.op == "MatMul" and mm.inputs[1] in g.constants and bias in g.constants \
+                    and len(consumers.get(mm.outputs[0], [])) == 1 and g.constants[mm.inputs[1]].ndim == 2:
+                w = g.constants[mm.inputs[1]]
+                g.constants[f"{mm.name}/w_bn"] = (w * a[None, :]).astype(w.dtype)
+                g.constants[f"{p.name}/b_bn"] = (np.broadcast_to(g.constants[bias], a.shape) * a + b).astype(w.dtype)
+                replace[mm.name] = [Node("MatMul", (mm.inputs[0], f"{mm.name}/w_bn"), mm.outputs, {}, mm.name)]
+                replace[p.name] = [Node("Add", (mm.outputs[0], f"{p.name}/b_bn"), (y,), {}, p.name)]
+                drop.add(bn.name)
+                continue
+        shape = (-1,) + (1,) * (rank - 2)
+        g.constants[f"{bn.name}/scale"] = a.reshape(shape)
+        g.constants[f"{bn.name}/shift"] = b.reshape(shape)
+        replace[bn.name] = [Node("Mul", (x, f"{bn.name}/scale"), (f"{bn.name}/scaled",), {}, f"{bn.name}/mul"),
+                            Node("Add", (f"{bn.name}/scaled", f"{bn.name}/shift"), (y,), {}, f"{bn.name}/add")]
+    nodes = []
+    for n in g.nodes:
+        if n.name in drop:
+            continue
+        nodes.extend(replace.get(n.name, [n]))
+    g.nodes = nodes
+    return infer_shapes(g) if replace else g
+
+
+def cancel_transposes(g: Graph) -> Graph:
+    """Transpose(Transpose(x)) -> one Transpose (or none); Reshape(Reshape(x)) -> one Reshape."""
+    g = g.copy()
+    producers = g.producers()
+    nodes = []
+    for n in g.nodes:
+        p = producers.get(n.inputs[0]) if n.inputs else None
+        if n.op == "Transpose" and p is not None and p.op == "Transpose" and n.attrs.get("perm") and p.attrs.get("perm"):
+            p1, p2 = list(p.attrs["perm"]), list(n.attrs["perm"])
+            n = Node("Transpose", p.inputs, n.outputs, {"perm": [p1[i] for i in p2]}, n.name)
+        elif n.op == "Reshape" and p is not None and p.op == "Reshape" and n.inputs[1] in g.constants \
+                and not (g.constants[n.inputs[1]] == 0).any() and not n.attrs.get("allowzero"):
+            n = Node("Reshape", (p.inputs[0], n.inputs[1]), n.outputs, n.attrs, n.name)
+        nodes.append(n)
+        producers.update({o: n for o in n.outputs})
+    g.nodes = nodes
+    return remove_identities(infer_shapes(g))
 
 
 def decompose_gemm(g: Graph) -> Graph:
@@ -129,7 +292,9 @@ def decompose_gemm(g: Graph) -> Graph:
     return infer_shapes(g)
 
 
-DEFAULT_PIPELINE = (infer_shapes, remove_identities, decompose_gemm, fold_constants, eliminate_dead_code, infer_shapes)
+DEFAULT_PIPELINE = (infer_shapes, remove_identities, decompose_gemm, fold_constants, infer_shapes,
+                    fold_batchnorm, fold_constants, cancel_transposes, fold_constants,
+                    eliminate_dead_code, infer_shapes)
 
 
 def simplify(g: Graph, pipeline=DEFAULT_PIPELINE) -> Graph:
@@ -144,5 +309,6 @@ def check_supported(g: Graph) -> list[str]:
     return sorted({n.op for n in g.nodes if n.op not in OPS})
 
 
-__all__ = ["infer_shapes", "fold_constants", "eliminate_dead_code", "remove_identities",
+__all__ = ["infer_shapes", "fold_constants", "eliminate_dead_code", "remove_identities", "fold_batchnorm",
+           "cancel_transposes",
            "decompose_gemm", "simplify", "check_supported", "get_op"]

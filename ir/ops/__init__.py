@@ -1,7 +1,8 @@
 """Op registry; importing this package registers every op module."""
-from ir.ops import elementwise, linalg, shape_ops  # noqa: F401  (registration side effects)
+from ir.ops import elementwise, linalg, nn, reduce, shape_ops, tensor  # noqa: F401  (registration side effects)
 from ir.ops.registry import (ANCHOR, BROADCAST, ELEMWISE, INJECTIVE, OPAQUE, OPS, REDUCE, OpDef,
-                             broadcast_shapes, f32, get_op, register)
+                             VALUE_FNS, broadcast_shapes, dims_of, f32, get_op,
+                             note_equal, register, register_value, take_constraints)
 
 __all__ = ["OPS", "OpDef", "get_op", "register", "broadcast_shapes", "f32",
            "ELEMWISE", "BROADCAST", "INJECTIVE", "REDUCE", "ANCHOR", "OPAQUE"]

@@ -5,13 +5,14 @@ import numpy as np
 
 from ir.errors import ShapeError
 from ir.graph import TensorType
-from ir.ops.registry import ANCHOR, broadcast_shapes, register
+from ir.ops.registry import ANCHOR, broadcast_shapes, note_equal, register
 from ir.shapes import format_shape
 
 
 def _same_dim(node, a, b, what):
     if isinstance(a, int) and isinstance(b, int) and a != b:
         raise ShapeError(f"node '{node.name}' ({node.op}): {what} mismatch: {a} vs {b}")
+    note_equal(node, a, b)
 
 
 def _matmul_infer(node, types, consts):

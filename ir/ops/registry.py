@@ -73,10 +73,57 @@ def broadcast_shapes(node: Node, *shapes: Shape) -> Shape:
                 raise ShapeError(f"node '{node.name}' ({node.op}): cannot broadcast shapes "
                                  + " and ".join(format_shape(s) for s in shapes))
             elif not isinstance(result, int) and isinstance(d, int):
+                note_equal(node, result, d)
                 result = d  # a static size pins the symbolic one
+            elif not (isinstance(d, int) and isinstance(result, int)):
+                note_equal(node, result, d)  # two symbols meet: assume (and record) they agree
         out.append(simplify_dim(result))
     return tuple(out)
 
 
 def same_as_input(i: int = 0) -> InferFn:
     return lambda node, types, consts: [types[i]]
+
+
+# -- symbolic values of small int tensors (shape arithmetic) ---------------------------
+# value(node, input values (object arrays of ints / sympy exprs, or None), input types)
+#   -> output values or None. Lets Shape -> Gather -> Concat -> Reshape resolve symbolically.
+VALUE_FNS: dict[str, Callable] = {}
+
+
+def register_value(name: str, fn: Callable) -> None:
+    VALUE_FNS[name] = fn
+
+
+# -- equality constraints between dims, collected while shapes are inferred ------------
+_CONSTRAINTS: list = []
+
+
+def note_equal(node: Node, a: Dim, b: Dim) -> None:
+    """Record that dims `a` and `b` must agree (two inputs of `node` share an axis).
+
+    Static mismatches raise at once; symbolic pairs are stored on the graph
+    (`Graph.constraints`) and checked when sizes are bound.
+    """
+    if isinstance(a, int) and isinstance(b, int):
+        if a != b:
+            raise ShapeError(f"node '{node.name}' ({node.op}): dims must agree but are {a} and {b}")
+        return
+    if simplify_dim(a - b) == 0:
+        return
+    if (a, b, node.name) not in _CONSTRAINTS:
+        _CONSTRAINTS.append((a, b, node.name))
+
+
+def take_constraints() -> list:
+    out = list(_CONSTRAINTS)
+    _CONSTRAINTS.clear()
+    return out
+
+
+def dims_of(value) -> list:
+    """An int tensor's value (numeric or object array) as a list of int / sympy dims."""
+    out = []
+    for v in np.asarray(value).reshape(-1).tolist():
+        out.append(simplify_dim(v) if hasattr(v, "free_symbols") else int(v))
+    return out

@@ -324,7 +324,7 @@ class Database:
         n = 0
         try:
             with self._session() as s, open(tmp, "w", encoding="utf-8") as f:
-                for row in s.scalars(select(R).order_by(R.id).execution_options(yield_per=500)).unique():
+                for row in s.scalars(select(R).order_by(R.id).execution_options(yield_per=500)):
                     f.write(json.dumps(_to_record(row).to_json(), sort_keys=True) + "\n")
                     n += 1
             os.replace(tmp, path)

@@ -2,14 +2,12 @@
 empty database per test, on SQLite and on PostgreSQL."""
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 try:  # tests/ as a package or as a plain rootdir-inserted folder
-    from tests.pg_server import admin_execute, pg_server
+    from tests.pg_server import fresh_database, pg_server
 except ImportError:
-    from pg_server import admin_execute, pg_server
+    from pg_server import fresh_database, pg_server
 
 
 @pytest.fixture(scope="session")
@@ -23,12 +21,5 @@ def db_url(request, tmp_path):
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'tuning.db'}"
         return
-    from sqlalchemy.engine import make_url
-
-    server = request.getfixturevalue("pg_url")
-    name = f"tt_{uuid.uuid4().hex[:12]}"
-    admin_execute(server, f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(server).set(database=name).render_as_string(hide_password=False)
-    finally:
-        admin_execute(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database(request.getfixturevalue("pg_url")) as url:
+        yield url

@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -100,3 +101,16 @@ def admin_execute(url: str, sql: str) -> None:
             c.exec_driver_sql(sql)
     finally:
         engine.dispose()
+
+
+@contextmanager
+def fresh_database(server_url: str):
+    """A new, empty database on the server for one test; dropped afterwards."""
+    from sqlalchemy.engine import make_url
+
+    name = f"tt_{uuid.uuid4().hex[:12]}"
+    admin_execute(server_url, f'CREATE DATABASE "{name}" STRATEGY = FILE_COPY')
+    try:
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

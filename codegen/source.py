@@ -1,0 +1,85 @@
+"""Loop-nest IR → Python source for numba. Pure text: no numba import here."""
+from __future__ import annotations
+
+import re
+
+from schedules.loopnest import (PARALLEL, UNROLLED, Alloc, Assign, Call, Comment, For, Function, If,
+                                LoopModule)
+
+HEADER = "import math\nimport numpy as np\nfrom numba import njit, prange\n"
+
+
+def _subst(text: str, var: str, value: int) -> str:
+    return re.sub(rf"\b{re.escape(var)}\b", str(value), text)
+
+
+def _substitute(stmt, var: str, value: int):
+    if isinstance(stmt, For):
+        return For(stmt.var, _subst(stmt.start, var, value), _subst(stmt.stop, var, value),
+                   tuple(_substitute(s, var, value) for s in stmt.body), stmt.kind, _subst(stmt.step, var, value))
+    if isinstance(stmt, Assign):
+        return Assign(_subst(stmt.target, var, value), _subst(stmt.value, var, value), stmt.op)
+    if isinstance(stmt, If):
+        return If(_subst(stmt.cond, var, value), tuple(_substitute(s, var, value) for s in stmt.then),
+                  tuple(_substitute(s, var, value) for s in stmt.orelse))
+    if isinstance(stmt, Call):
+        return Call(_subst(stmt.expr, var, value))
+    if isinstance(stmt, Alloc):
+        return Alloc(stmt.name, tuple(_subst(d, var, value) for d in stmt.shape), stmt.dtype)
+    return stmt
+
+
+def _emit(stmts, indent: int, out: list[str]) -> None:
+    pad = "    " * indent
+    for s in stmts:
+        if isinstance(s, For):
+            if s.kind == UNROLLED:
+                start, stop = int(s.start), int(s.stop)  # unrolled loops need constant bounds
+                for v in range(start, stop, int(s.step)):
+                    _emit([_substitute(b, s.var, v) for b in s.body], indent, out)
+                continue
+            rng = "prange" if s.kind == PARALLEL else "range"
+            step = "" if s.step == "1" else f", {s.step}"
+            out.append(f"{pad}for {s.var} in {rng}({s.start}, {s.stop}{step}):")
+            _emit(s.body or (Call("pass"),), indent + 1, out)
+        elif isinstance(s, Assign):
+            out.append(f"{pad}{s.target} {s.op}= {s.value}")
+        elif isinstance(s, If):
+            out.append(f"{pad}if {s.cond}:")
+            _emit(s.then or (Call("pass"),), indent + 1, out)
+            if s.orelse:
+                out.append(f"{pad}else:")
+                _emit(s.orelse, indent + 1, out)
+        elif isinstance(s, Alloc):
+            shape = ", ".join(s.shape)
+            out.append(f"{pad}{s.name} = np.empty(({shape},), dtype=np.{s.dtype})")
+        elif isinstance(s, Call):
+            out.append(f"{pad}{s.expr}")
+        elif isinstance(s, Comment):
+            out.append(f"{pad}# {s.text}")
+        else:
+            raise TypeError(f"unknown statement {s!r}")
+
+
+def signature(fn: Function) -> str:
+    return "void(" + ", ".join(p.type for p in fn.params) + ")"
+
+
+def render_function(fn: Function) -> str:
+    flags = "{" + ", ".join(repr(f) for f in sorted(fn.fastmath)) + "}" if fn.fastmath else "False"
+    lines = [f'@njit("{signature(fn)}", cache=True, fastmath={flags}, parallel={fn.parallel}, nogil={fn.nogil}, error_model="numpy")',
+             f"def {fn.name}({', '.join(p.name for p in fn.params)}):"]
+    _emit(fn.body or (Call("pass"),), 1, lines)
+    return "\n".join(lines) + "\n"
+
+
+def render(module: LoopModule, banner: str = "") -> str:
+    parts = []
+    if banner:
+        parts.append("".join(f"# {line}\n" for line in banner.splitlines()))
+    if module.doc:
+        parts.append('"""' + module.doc + '"""\n')
+    parts.append(HEADER)
+    for fn in module.functions:
+        parts.append("\n\n" + render_function(fn))
+    return "".join(parts)

@@ -1,0 +1,103 @@
+"""Fused elementwise epilogues: the ops after an anchor, inlined into its store.
+
+An extra input of the epilogue (bias, residual, scale) is read through one of
+four index modes over the anchor's output viewed as [M, N]: scalar, row (along
+N), col (along M), full ([M, N]).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ir.ops import BROADCAST, ELEMWISE, OPS
+from ir.workload import Workload
+
+MODES = ("scalar", "row", "col", "full")
+
+
+@dataclass(frozen=True)
+class Extra:
+    input_index: int   # position in the workload's inputs
+    mode: str
+    param: str         # parameter name in generated code
+
+    @property
+    def type(self) -> str:
+        return "float32[:, ::1]" if self.mode == "full" else "float32[::1]"
+
+    def load(self, i: str, j: str) -> str:
+        return {"scalar": f"{self.param}[0]", "row": f"{self.param}[{j}]",
+                "col": f"{self.param}[{i}]", "full": f"{self.param}[{i}, {j}]"}[self.mode]
+
+    def view(self, a: np.ndarray, m: int, n: int) -> np.ndarray:
+        """The array as the kernel reads it (contiguous float32, 1-D or [M, N])."""
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        return a.reshape(m, n) if self.mode == "full" else a.reshape(-1)
+
+
+def index_mode(shape, out_shape) -> str | None:
+    if len(shape) > len(out_shape):
+        return None
+    s = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    o = tuple(out_shape)
+    if all(d == 1 for d in s):
+        return "scalar"
+    if all(d == 1 for d in s[:-1]) and s[-1] == o[-1]:
+        return "row"
+    if s == o:
+        return "full"
+    if s[-1] == 1 and s[:-1] == o[:-1]:
+        return "col"
+    return None
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    steps: tuple      # (op json, arg refs) after the anchor
+    extras: tuple     # Extra per distinct extra input
+
+    def params(self):
+        return [(e.param, e.type) for e in self.extras]
+
+    def emit(self, value: str, i: str, j: str, tmp: str) -> tuple[list[tuple[str, str]], str]:
+        """Assignments (name, expr) computing the epilogue of `value` at (i, j); returns (assigns, result)."""
+        from ir.graph import Node
+        loads = {f"i{e.input_index}": e.load(i, j) for e in self.extras}
+        assigns, cur = [], value
+        for k, (op, args) in enumerate(self.steps):
+            node = Node(op["op"], tuple(args), ("_",), dict(op["attrs"]))
+            exprs = [cur if a == "chain" else loads[a] for a in args]
+            name = f"{tmp}_{k}"
+            assigns.append((name, OPS[op["op"]].expr(node, exprs)))
+            cur = name
+        return assigns, cur
+
+
+def parse_epilogue(wl: Workload, anchor_inputs: int, out_shape) -> Epilogue | None:
+    """The epilogue of `wl` (ops after ops[0]), or None if it cannot be fused by index modes."""
+    steps, extras = [], {}
+    for k, op in enumerate(wl.ops[1:], start=1):
+        d = OPS.get(op["op"])
+        if d is None or d.kind not in (ELEMWISE, BROADCAST) or d.expr is None:
+            return None
+        args = []
+        for ref in op["in"]:
+            if ref == f"t{k - 1}":
+                args.append("chain")
+            elif ref.startswith("i"):
+                idx = int(ref[1:])
+                if idx < anchor_inputs and ref not in extras:
+                    pass
+                if ref not in extras:
+                    mode = index_mode(wl.inputs[idx]["shape"], out_shape)
+                    if mode is None or wl.inputs[idx]["dtype"] != "float32":
+                        return None
+                    extras[ref] = Extra(idx, mode, f"e{len(extras)}")
+                args.append(ref)
+            else:
+                return None  # reads an earlier intermediate: not a simple chain
+        if args.count("chain") != 1:
+            return None
+        steps.append((op, tuple(args)))
+    return Epilogue(tuple(steps), tuple(extras.values()))

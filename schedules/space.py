@@ -1,0 +1,145 @@
+"""Config spaces: named knobs, each a *code-shape* knob (changes generated source,
+needs a compile) or a *run-time* knob (passed to the kernel as an argument).
+
+A `Config` is frozen, hashable and round-trips through JSON; the database stores
+configs, never code, and every config read back is validated against its space.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from ir.errors import TensortuneError
+
+
+class ConfigError(TensortuneError):
+    """A config that does not belong to its space (unknown knob, bad value)."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    options: tuple
+    code_shape: bool = True   # False: a run-time argument, candidates share one compile
+
+    def feature(self, value) -> list[float]:
+        if all(isinstance(o, (int, float)) and not isinstance(o, bool) for o in self.options):
+            return [math.log2(max(float(value), 1e-9)) if all(o > 0 for o in self.options) else float(value)]
+        return [1.0 if value == o else 0.0 for o in self.options]
+
+
+def split_options(extent: int, lo: int = 1, hi: int = 4096) -> tuple[int, ...]:
+    """Powers of two from lo up to the first one >= extent (bounded by hi): split-factor candidates."""
+    out, f = [], lo
+    while f <= hi:
+        out.append(f)
+        if f >= extent:
+            break
+        f *= 2
+    return tuple(out)
+
+
+class Config:
+    """An immutable assignment of a value to every knob of a space."""
+
+    __slots__ = ("_items", "_hash")
+
+    def __init__(self, values: dict[str, Any]):
+        object.__setattr__(self, "_items", tuple(sorted(values.items())))
+        object.__setattr__(self, "_hash", None)
+
+    def __getitem__(self, name: str):
+        for k, v in self._items:
+            if k == name:
+                return v
+        raise KeyError(name)
+
+    def get(self, name, default=None):
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def to_json(self) -> dict:
+        return dict(self._items)
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def __eq__(self, other):
+        return isinstance(other, Config) and self._items == other._items
+
+    def __hash__(self):
+        return hash(self._items)
+
+    def __setattr__(self, *a):
+        raise AttributeError("Config is immutable")
+
+    def __repr__(self):
+        return "Config(" + ", ".join(f"{k}={v!r}" for k, v in self._items) + ")"
+
+
+class ConfigSpace:
+    def __init__(self, knobs: Sequence[Knob]):
+        self.knobs = tuple(knobs)
+        self._by_name = {k.name: k for k in self.knobs}
+
+    def __len__(self) -> int:
+        return math.prod(len(k.options) for k in self.knobs)
+
+    def __iter__(self) -> Iterator[Config]:
+        for i in range(len(self)):
+            yield self.get(i)
+
+    def get(self, index: int) -> Config:
+        values = {}
+        for k in self.knobs:
+            index, r = divmod(index, len(k.options))
+            values[k.name] = k.options[r]
+        return Config(values)
+
+    def index_of(self, cfg: Config) -> int:
+        index, stride = 0, 1
+        for k in self.knobs:
+            index += k.options.index(cfg[k.name]) * stride
+            stride *= len(k.options)
+        return index
+
+    def sample(self, rng: random.Random) -> Config:
+        return Config({k.name: rng.choice(k.options) for k in self.knobs})
+
+    def neighbours(self, cfg: Config) -> list[Config]:
+        """Configs that differ from `cfg` in one knob by one option step."""
+        out = []
+        for k in self.knobs:
+            i = k.options.index(cfg[k.name])
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(k.options):
+                    out.append(Config({**cfg.to_json(), k.name: k.options[j]}))
+        return out
+
+    def validate(self, values: dict | Config) -> Config:
+        values = values.to_json() if isinstance(values, Config) else dict(values)
+        missing = [k.name for k in self.knobs if k.name not in values]
+        extra = [n for n in values if n not in self._by_name]
+        if missing or extra:
+            raise ConfigError(f"config {values} does not fit the space: missing knobs {missing}, unknown knobs {extra}")
+        for k in self.knobs:
+            if values[k.name] not in k.options:
+                raise ConfigError(f"config knob '{k.name}' = {values[k.name]!r} is not one of {list(k.options)}")
+        return Config(values)
+
+    def features(self, cfg: Config) -> list[float]:
+        return [f for k in self.knobs for f in k.feature(cfg[k.name])]
+
+    def code_key(self, cfg: Config) -> tuple:
+        """The code-shape part of a config: configs with equal code keys share one compile."""
+        return tuple((k.name, cfg[k.name]) for k in self.knobs if k.code_shape)
+
+    def __repr__(self):
+        return "ConfigSpace(" + ", ".join(f"{k.name}:{len(k.options)}" for k in self.knobs) + f"; {len(self)} configs)"

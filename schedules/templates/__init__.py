@@ -1,0 +1,2 @@
+"""One module per op family; importing this package registers them in order of preference."""
+from schedules.templates import dense  # noqa: F401

@@ -10,6 +10,7 @@ from functools import reduce
 
 import numpy as np
 
+from ir.errors import UnsupportedOpError
 from ir.graph import TensorType
 from ir.ops.registry import BROADCAST, ELEMWISE, broadcast_shapes, f32, register, register_value, same_as_input
 
@@ -186,10 +187,12 @@ register("Clip", ELEMWISE, same_as_input(0), _clip_ref, _clip_expr, 2)
 
 # -- Cast: elementwise, changes the dtype ---------------------------------------------
 def _cast_dtype(n) -> str:
-    return _DTYPE_NAMES.get(int(n.attrs.get("to", 1)), "float32")
+    return _DTYPE_NAMES.get(int(n.attrs.get("to", 1)), f"onnx_type_{int(n.attrs.get('to', 1))}")
 
 
 def _cast_ref(n, xs):
+    if int(n.attrs.get("to", 1)) not in _DTYPE_NAMES:  # bfloat16, float8, int4...: onnx.reference
+        raise UnsupportedOpError(f"node '{n.name}' (Cast): target type {n.attrs.get('to')} has no NumPy dtype")
     return [np.asarray(xs[0]).astype(_cast_dtype(n))]
 
 

@@ -40,6 +40,10 @@ def _window(node, spatial, kernel):
         outs = [_div(spatial[i] - eff[i], strides[i], ceil) + 1 for i in range(k)]
     else:
         outs = [_div(spatial[i] + pads[i] + pads[i + k] - eff[i], strides[i], ceil) + 1 for i in range(k)]
+        for i in range(k):  # ceil_mode: a last window that starts in the end padding is dropped
+            if ceil and isinstance(outs[i], int) and isinstance(spatial[i], int) \
+                    and (outs[i] - 1) * strides[i] >= spatial[i] + pads[i]:
+                outs[i] -= 1
     for i, o in enumerate(outs):
         if isinstance(o, int) and o < 1:
             raise ShapeError(f"node '{node.name}' ({node.op}): window of size {kernel} does not fit "

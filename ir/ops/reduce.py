@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.errors import ShapeError
+from ir.errors import DataDependentShapeError, ShapeError
 from ir.graph import TensorType
 from ir.ops.registry import REDUCE, dims_of, register
 
@@ -15,7 +15,7 @@ def _axes(node, rank, consts):
     """The reduced axes, normalized; None means all axes."""
     if len(consts) > 1 and node.inputs[1]:
         if consts[1] is None:
-            raise ShapeError(f"node '{node.name}' ({node.op}): axes input must be a constant")
+            raise DataDependentShapeError(f"node '{node.name}' ({node.op}): axes input must be a constant")
         axes = dims_of(consts[1])
     else:
         axes = node.attrs.get("axes")
@@ -52,8 +52,19 @@ def _reduce(np_fn, post=None):
 
 register("ReduceMean", REDUCE, _reduce_infer, _reduce(np.mean))
 register("ReduceSum", REDUCE, _reduce_infer, _reduce(np.sum))
-register("ReduceMax", REDUCE, _reduce_infer, _reduce(np.max))
-register("ReduceMin", REDUCE, _reduce_infer, _reduce(np.min))
+def _extreme(fn, empty):
+    """max/min that return the identity (-inf / +inf) over an empty set, as ONNX does."""
+    def f(x, axis, keepdims):
+        if x.size == 0:
+            init = (np.iinfo(x.dtype).min if empty < 0 else np.iinfo(x.dtype).max) if x.dtype.kind in "iu" \
+                else (False if empty < 0 else True) if x.dtype == bool else empty * np.inf
+            return fn(x, axis=axis, keepdims=keepdims, initial=init)
+        return fn(x, axis=axis, keepdims=keepdims)
+    return f
+
+
+register("ReduceMax", REDUCE, _reduce_infer, _reduce(_extreme(np.max, -1)))
+register("ReduceMin", REDUCE, _reduce_infer, _reduce(_extreme(np.min, 1)))
 register("ReduceProd", REDUCE, _reduce_infer, _reduce(np.prod))
 register("ReduceL2", REDUCE, _reduce_infer, _reduce(lambda x, **k: np.sqrt(np.sum(x * x, **k))))
 register("ReduceSumSquare", REDUCE, _reduce_infer, _reduce(lambda x, **k: np.sum(x * x, **k)))

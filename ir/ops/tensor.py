@@ -115,7 +115,8 @@ register_value("Reshape", _value_passthrough(
 
 
 def _flatten_shape(node, shape):
-    axis = int(node.attrs.get("axis", 1)) % (len(shape) + 1) if shape else 0
+    axis = int(node.attrs.get("axis", 1))
+    axis = axis + len(shape) if axis < 0 else axis
     return (_prod(shape[:axis]), _prod(shape[axis:]))
 
 
@@ -125,6 +126,8 @@ register("Flatten", INJECTIVE, lambda n, t, c: [TensorType(_flatten_shape(n, t[0
 
 # -- Squeeze / Unsqueeze -----------------------------------------------------------------
 def _squeeze_axes(node, shape, xs):
+    if len(node.inputs) > 1 and node.inputs[1] and xs[1] is None:
+        raise DataDependentShapeError(f"node '{node.name}' (Squeeze): axes must be a constant")
     axes = _input_or_attr(node, xs, 1, "axes")
     if axes is None:
         if not all(isinstance(d, int) for d in shape):
@@ -143,6 +146,8 @@ def _squeeze_shape(node, shape, xs):
 
 
 def _unsqueeze_shape(node, shape, xs):
+    if len(node.inputs) > 1 and xs[1] is None:
+        raise DataDependentShapeError(f"node '{node.name}' (Unsqueeze): axes must be a constant")
     axes = _input_or_attr(node, xs, 1, "axes")
     rank = len(shape) + len(axes)
     axes = sorted(int(a) % rank for a in axes)
@@ -185,6 +190,8 @@ register_value("Concat", lambda n, vals, t: None if any(v is None for v in vals)
 
 
 def _split_sizes(node, dim, xs):
+    if len(node.inputs) > 1 and node.inputs[1] and xs[1] is None:
+        raise DataDependentShapeError(f"node '{node.name}' (Split): split sizes must be a constant")
     sizes = _input_or_attr(node, xs, 1, "split")
     n = len(node.outputs)
     if sizes is not None:
@@ -322,7 +329,7 @@ def _pads(node, rank, xs):
 def _pad_infer(node, types, consts):
     shape = types[0].shape
     if len(node.inputs) > 1 and (consts[1] is None):
-        raise ShapeError(f"node '{node.name}' (Pad): pads must be a constant")
+        raise DataDependentShapeError(f"node '{node.name}' (Pad): pads must be a constant")
     widths = _pads(node, len(shape), consts)
     return [TensorType(tuple(simplify_dim(d + lo + hi) for d, (lo, hi) in zip(shape, widths)), types[0].dtype)]
 
@@ -416,3 +423,9 @@ def _range_ref(node, xs):
 
 
 register("Range", OPAQUE, _range_infer, _range_ref)
+register_value("Range", lambda n, vals, t: [np.arange(*(int(np.asarray(v).reshape(-1)[0]) for v in vals)).astype(object)]
+               if all(v is not None and _all_int_values(v) for v in vals) else None)
+
+
+def _all_int_values(v) -> bool:
+    return all(isinstance(x, (int, np.integer)) for x in np.asarray(v, dtype=object).reshape(-1).tolist())

@@ -38,7 +38,10 @@ def fmt_time(s: float | None) -> str:
 
 
 def fmt_gflops(flops: int | None, median: float | None) -> str:
-    return f"{flops / median / 1e9:.1f}" if flops and median else "-"
+    if not (flops and median):
+        return "-"
+    g = flops / median / 1e9
+    return f"{g:.1f}" if g >= 10 else f"{g:.3g}"
 
 
 def describe(workload: dict) -> str:
@@ -97,9 +100,9 @@ def cmd_workloads(db: Database, a) -> None:
         print("no workloads")
         return
     rows = [[w["key"], w["family"], w["template"], w["version"], describe_shapes(w["shapes"]),
-             f"{w['flops'] / 1e9:.3g}" if w["flops"] else "-", w["n_records"], fmt_time(w["best_median"]),
+             f"{w['flops'] / 1e6:.4g}" if w["flops"] else "-", w["n_records"], fmt_time(w["best_median"]),
              fmt_gflops(w["flops"], w["best_median"])] for w in ws]
-    print(table(["workload", "family", "template", "v", "input shapes", "GFLOP", "records", "best", "GFLOP/s"], rows,
+    print(table(["workload", "family", "template", "v", "input shapes", "MFLOP", "records", "best", "GFLOP/s"], rows,
                 right={3, 5, 6, 7, 8}))
 
 

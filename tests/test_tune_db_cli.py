@@ -37,7 +37,7 @@ def run(capsys, *args):
 def test_formatting():
     assert fmt_time(2.5) == "2.5 s" and fmt_time(1.5e-3) == "1.5 ms" and fmt_time(2e-6) == "2 us"
     assert fmt_time(None) == "-"
-    assert fmt_gflops(2_000_000_000, 1.0) == "2.0" and fmt_gflops(0, 1.0) == "-" and fmt_gflops(10, None) == "-"
+    assert fmt_gflops(20_000_000_000, 1.0) == "20.0" and fmt_gflops(65_536, 1e-3) == "0.0655" and fmt_gflops(0, 1.0) == "-" and fmt_gflops(10, None) == "-"
 
 
 def test_best(capsys, url):
@@ -48,7 +48,7 @@ def test_best(capsys, url):
     assert len(lines) == 5                                  # header, rule, 3 (workload, target) pairs
     w8 = next(line for line in lines if line.startswith(workload(8).key))
     assert "500 us" in w8 and "tile=4" in w8
-    assert f"{workload(8).flops() / 5e-4 / 1e9:.1f}" in w8      # GFLOP/s from flops / median
+    assert fmt_gflops(workload(8).flops(), 5e-4) in w8.split()   # GFLOP/s from flops / median
     assert "2 us" in out and "gpu-test" in out
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ir.graph import Graph, Node
-from ir.ops import ANCHOR, BROADCAST, ELEMWISE, OPS
+from ir.ops import ANCHOR, BROADCAST, ELEMWISE, INJECTIVE, OPS, REDUCE
+from ir.shapes import simplify_dim
 
 _FUSABLE_EPILOGUE = (ELEMWISE, BROADCAST)
 
@@ -38,30 +39,54 @@ def _kind(n: Node) -> str:
     return OPS[n.op].kind if n.op in OPS else "opaque"
 
 
+def _can_extend(g: Graph, grp: FusedSubgraph | None, value: str, consumers, outputs) -> bool:
+    """`value` is grp's output and nobody else reads it, so the next node may join grp."""
+    return grp is not None and len(consumers.get(value, [])) == 1 and value not in outputs
+
+
 def partition(g: Graph) -> list[FusedSubgraph]:
+    """Greedy, in topological order:
+
+    - an anchor (MatMul, Conv) or elementwise group absorbs a following elemwise /
+      broadcast op of the same output shape (bias, BN scale, activation, residual Add);
+    - a reduction (Softmax, LayerNorm, Reduce*, pooling) absorbs the elementwise group
+      that feeds its data input (prologue); the group's kind becomes "reduce";
+    - injective ops (Reshape, Transpose, Slice...) fuse into chains of injective ops;
+    - everything else (opaque, multi-output) stands alone.
+    """
     consumers = g.consumers()
     outputs = set(g.outputs)
     groups: list[FusedSubgraph] = []
     open_group: dict[str, FusedSubgraph] = {}  # value -> group whose current output it is
     for n in g.nodes:
         kind = _kind(n)
-        target = None
-        if kind in _FUSABLE_EPILOGUE and len(n.outputs) == 1:
+        target, new_kind = None, None
+        single = len([o for o in n.outputs if o]) == 1
+        if kind in _FUSABLE_EPILOGUE and single:
             for i in n.inputs:
                 grp = open_group.get(i)
-                if grp is not None and grp.kind in (ANCHOR, ELEMWISE, BROADCAST) \
-                        and len(consumers.get(i, [])) == 1 and i not in outputs \
+                if _can_extend(g, grp, i, consumers, outputs) and grp.kind in (ANCHOR, ELEMWISE, BROADCAST) \
                         and g.type_of(n.outputs[0]).shape == g.type_of(i).shape:
                     target = grp
                     break
+        elif kind == REDUCE and single and n.inputs:
+            grp = open_group.get(n.inputs[0])
+            if _can_extend(g, grp, n.inputs[0], consumers, outputs) and grp.kind in (ELEMWISE, BROADCAST):
+                target, new_kind = grp, REDUCE
+        elif kind == INJECTIVE and single and n.inputs:
+            grp = open_group.get(n.inputs[0])
+            if _can_extend(g, grp, n.inputs[0], consumers, outputs) and grp.kind == INJECTIVE:
+                target = grp
         if target is not None:
             open_group.pop(target.output)
             target.nodes.append(n)
             target.output = n.outputs[0]
+            if new_kind:
+                target.kind = new_kind
         else:
             target = FusedSubgraph([n], [], n.outputs[0], kind)
             groups.append(target)
-        if len(n.outputs) == 1:
+        if single:
             open_group[n.outputs[0]] = target
     for grp in groups:
         produced = {o for n in grp.nodes for o in n.outputs}
@@ -72,3 +97,60 @@ def partition(g: Graph) -> list[FusedSubgraph]:
                     seen.append(i)
         grp.inputs = seen
     return groups
+
+
+def subgraph_flops(g: Graph, sg: FusedSubgraph):
+    """FLOPs of one subgraph as a (possibly symbolic) expression in the graph's dims."""
+    total = 0
+    for n in sg.nodes:
+        out = g.type_of(n.outputs[0]).shape
+        elems = _prod(out)
+        if n.op in ("MatMul", "Gemm"):
+            a = g.type_of(n.inputs[0]).shape
+            k = a[0] if n.op == "Gemm" and n.attrs.get("transA", 0) else a[-1]
+            total += 2 * elems * k
+        elif n.op in ("Conv", "ConvTranspose"):
+            total += 2 * elems * _prod(g.type_of(n.inputs[1]).shape[1:])
+        elif n.op in OPS and OPS[n.op].kind == REDUCE:
+            total += _prod(g.type_of(n.inputs[0]).shape) * OPS[n.op].flops_per_elem
+        else:
+            total += elems * (OPS[n.op].flops_per_elem if n.op in OPS else 1)
+    return simplify_dim(total)
+
+
+def _prod(shape):
+    p = 1
+    for d in shape:
+        p = p * d
+    return p
+
+
+def describe_partition(g: Graph, subgraphs: list[FusedSubgraph]) -> str:
+    """Readable table of the partition: one line per distinct workload signature,
+    with its ops, kind, symbolic output shape, FLOPs and how often it occurs,
+    followed by the ops that have no reference and will fall back to onnx.reference."""
+    from ir.workload import make_workload
+    sizes = {name: r.lo for name, r in g.dims.items()}
+    rows: dict[str, list] = {}
+    for sg in subgraphs:
+        try:
+            key = make_workload(g, sg, sizes).signature
+        except Exception:  # a shape that cannot bind at the smallest sizes: group by text
+            key = f"{sg}|{[g.type_of(i).shape for i in sg.inputs]}"
+        if key in rows:
+            rows[key][1] += 1
+        else:
+            rows[key] = [sg, 1]
+    total = simplify_dim(sum(subgraph_flops(g, sg) for sg in subgraphs))
+    lines = [f"graph {g.name}: {len(g.nodes)} nodes -> {len(subgraphs)} subgraphs, "
+             f"{len(rows)} distinct workloads; dims: " + (", ".join(str(r) for r in g.dims.values()) or "none"),
+             f"{'#':>3}  {'kind':<9} {'x':>3}  {'output':<28} {'FLOPs':<24} ops"]
+    for k, (sg, count) in enumerate(rows.values()):
+        out = g.type_of(sg.output)
+        lines.append(f"{k:>3}  {sg.kind:<9} {count:>3}  {str(out):<28} {str(subgraph_flops(g, sg)):<24} {sg}")
+    lines.append(f"total FLOPs: {total}")
+    fallback = sorted({n.op for n in g.nodes if n.op not in OPS})
+    lines.append("fallback to onnx.reference: " + (", ".join(fallback) if fallback else "none"))
+    if g.constraints:
+        lines.append("dim constraints: " + "; ".join(f"{a} == {b} ({w})" for a, b, w in g.constraints))
+    return "\n".join(lines)

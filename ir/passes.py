@@ -234,6 +234,35 @@ def fold_batchnorm(g: Graph) -> Graph:
     return infer_shapes(g) if replace else g
 
 
+def resolve_reshape_targets(g: Graph) -> Graph:
+    """A Reshape whose target is computed from shapes (Shape -> Gather -> Concat) gets a constant
+    target instead: symbolic entries equal to the input dim at that axis become 0, at most one
+    other becomes -1. The shape subgraph then dies in DCE, and the Reshape folds into kernels."""
+    g = g.copy()
+    nodes = []
+    for n in g.nodes:
+        if n.op == "Reshape" and n.inputs[1] not in g.constants and n.inputs[1] in g.values \
+                and not n.attrs.get("allowzero") and n.outputs[0] in g.types:
+            target = list(np.asarray(g.values[n.inputs[1]], dtype=object).reshape(-1))
+            in_shape = g.type_of(n.inputs[0]).shape
+            out, minus = [], 0
+            for i, t in enumerate(target):
+                if isinstance(t, (int, np.integer)):
+                    out.append(int(t))
+                elif i < len(in_shape) and simplify_dim(t - in_shape[i]) == 0:
+                    out.append(0)
+                else:
+                    out.append(-1)
+                    minus += 1
+            if minus <= 1:
+                name = f"{n.name}/target"
+                g.constants[name] = np.asarray(out, dtype=np.int64)
+                n = Node("Reshape", (n.inputs[0], name), n.outputs, n.attrs, n.name)
+        nodes.append(n)
+    g.nodes = nodes
+    return g
+
+
 def cancel_transposes(g: Graph) -> Graph:
     """Transpose(Transpose(x)) -> one Transpose (or none); Reshape(Reshape(x)) -> one Reshape."""
     g = g.copy()
@@ -293,7 +322,7 @@ def decompose_gemm(g: Graph) -> Graph:
 
 
 DEFAULT_PIPELINE = (infer_shapes, remove_identities, decompose_gemm, fold_constants, infer_shapes,
-                    fold_batchnorm, fold_constants, cancel_transposes, fold_constants,
+                    fold_batchnorm, resolve_reshape_targets, fold_constants, cancel_transposes, fold_constants,
                     eliminate_dead_code, infer_shapes)
 
 
@@ -310,5 +339,5 @@ def check_supported(g: Graph) -> list[str]:
 
 
 __all__ = ["infer_shapes", "fold_constants", "eliminate_dead_code", "remove_identities", "fold_batchnorm",
-           "cancel_transposes",
+           "cancel_transposes", "resolve_reshape_targets",
            "decompose_gemm", "simplify", "check_supported", "get_op"]

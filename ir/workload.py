@@ -112,6 +112,8 @@ class Workload:
             if n.op in ("MatMul", "Gemm"):
                 k = shapes[n.inputs[0]][-1]
                 total += 2 * out_elems * k
+            elif n.op == "Conv":  # 2 * out * (C/groups * kernel): weight shape [M, C/g, *k]
+                total += 2 * out_elems * int(np.prod(shapes[n.inputs[1]][1:]))
             else:
                 total += out_elems * (OPS[n.op].flops_per_elem if n.op in OPS else 1)
             shapes[n.outputs[0]] = tuple(self.output_shape)

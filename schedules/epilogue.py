@@ -32,8 +32,14 @@ class Extra:
 
     def view(self, a: np.ndarray, m: int, n: int) -> np.ndarray:
         """The array as the kernel reads it (contiguous float32, 1-D or [M, N])."""
-        a = np.ascontiguousarray(a, dtype=np.float32)
+        a = as_kernel_array(a)
         return a.reshape(m, n) if self.mode == "full" else a.reshape(-1)
+
+
+def as_kernel_array(a: np.ndarray) -> np.ndarray:
+    """Contiguous, writeable float32 (numba signatures take no read-only arrays)."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    return a if a.flags.writeable else a.copy()
 
 
 def index_mode(shape, out_shape) -> str | None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ir.workload import Workload
 from schedules.parallel import num_threads, parallel_for
-from schedules.epilogue import Epilogue, parse_epilogue
+from schedules.epilogue import Epilogue, as_kernel_array, parse_epilogue
 from schedules.loopnest import PARALLEL, SERIAL, Alloc, Assign, Call, Comment, For, Function, If, LoopModule, Param
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob, split_options
@@ -75,7 +75,7 @@ class DenseTemplate(Template):
         b_const = b["const"]
 
         def pack_b(funcs, B):
-            B = np.ascontiguousarray(B, dtype=np.float32)
+            B = as_kernel_array(B)
             Bp = np.empty((-(-N // nr), K, nr), np.float32)
             funcs["pack_b"](B, Bp, K, N)
             return Bp
@@ -88,7 +88,7 @@ class DenseTemplate(Template):
             return state
 
         def launch(funcs, state, arrays, out):
-            A = np.ascontiguousarray(arrays[0], dtype=np.float32).reshape(-1, K)
+            A = as_kernel_array(arrays[0]).reshape(-1, K)
             M = A.shape[0]
             n_mt, n_nt = -(-M // mr), -(-N // nr)
             Ap = np.empty((n_mt, K, mr), np.float32)

@@ -1,0 +1,65 @@
+"""Deploy: `runtime.load(model, db=… | plan=…)` → a callable model with the best kernels.
+
+Imports neither the tuner, XGBoost nor Ray.
+"""
+from __future__ import annotations
+
+import warnings
+
+from codegen import host_target
+from ir import import_onnx, partition, simplify
+from ir.errors import TensortuneError
+from ir.shapes import DimRange
+from runtime.choose import Chooser
+from runtime.executor import CompiledModel, Coverage
+from runtime.plan import Plan, PlanEntry, PlanError
+
+
+def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu",
+         strict: bool = False) -> CompiledModel:
+    """Load an ONNX model (path or ModelProto) with kernels from a database URL/`Database`
+    or a plan (path or `Plan`); neither means default configs for every subgraph.
+
+    `dims` declares ranges of dynamic dims: {"batch": (1, 64)} or DimRange values.
+    """
+    ranges = {k: v if isinstance(v, DimRange) else DimRange(k, int(v[0]), int(v[1])) for k, v in (dims or {}).items()}
+    tgt = host_target(target)
+    if plan is not None and not isinstance(plan, Plan):
+        plan = Plan.load(plan)
+    if plan is not None:
+        for k, (lo, hi) in plan.dims.items():
+            ranges.setdefault(k, DimRange(k, lo, hi))
+        if plan.target.get("key") != tgt.key:
+            msg = (f"plan was tuned on target {plan.target.get('key')} ({plan.target.get('cpu', '?')}), "
+                   f"this machine is {tgt.key} ({tgt.cpu}): its configs are not used")
+            if strict:
+                raise TensortuneError(msg)
+            warnings.warn(msg + "; running default configs")
+            plan = None
+    graph = simplify(import_onnx(model, ranges or None))
+    if db is not None and not hasattr(db, "best"):
+        from database import Database
+        db = Database(db)
+    return CompiledModel(graph, partition(graph), Chooser(plan, db, tgt.key), strict=strict)
+
+
+def build_plan(graph, db, points: list[dict], target_key: str, model_name: str = "") -> Plan:
+    """The best stored config per subgraph workload at each tuned shape point."""
+    from ir.workload import make_workload
+    from schedules import find_template
+    entries, seen = [], set()
+    for sizes in points:
+        for sg in partition(graph):
+            wl = make_workload(graph, sg, sizes)
+            if wl.key in seen or find_template(wl) is None:
+                continue
+            seen.add(wl.key)
+            best = db.best(wl.key, target_key, 1)
+            if best:
+                r = best[0]
+                entries.append(PlanEntry(wl.key, wl.signature, r.template, r.template_version, wl.dims, r.config, r.median))
+    dims = {k: [v.lo, v.hi] for k, v in graph.dims.items()}
+    return Plan(host_target().describe(), dims, entries, model_name)
+
+
+__all__ = ["load", "build_plan", "CompiledModel", "Coverage", "Plan", "PlanEntry", "PlanError"]

@@ -1,0 +1,37 @@
+"""Builder and Runner interfaces. The tuning loop knows only these; a local
+process pool implements them now, and a Ray implementation drops in later."""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+from tuner.measure.result import MeasureInput, MeasureResult
+
+
+@dataclass
+class BuildResult:
+    status: str          # ok | compile_error | build_timeout | worker_died
+    error: str = ""
+    compile_s: float = 0.0
+
+
+class Builder(abc.ABC):
+    @abc.abstractmethod
+    def build(self, inputs: list[MeasureInput]) -> list[BuildResult]:
+        """Compile candidates (in parallel where possible); one result per input."""
+
+    def close(self) -> None:
+        pass
+
+
+class Runner(abc.ABC):
+    @abc.abstractmethod
+    def run(self, inputs: list[MeasureInput], builds: list[BuildResult]) -> list[MeasureResult]:
+        """Check and time built candidates, one at a time per host; failed builds pass through."""
+
+    def close(self) -> None:
+        pass
+
+
+def measure(builder: Builder, runner: Runner, inputs: list[MeasureInput]) -> list[MeasureResult]:
+    return runner.run(inputs, builder.build(inputs))

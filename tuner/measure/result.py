@@ -1,0 +1,53 @@
+"""What goes into a measurement and what comes out. Workers never raise: every
+outcome, failures included, is a `MeasureResult` with a typed status."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ir.workload import Workload
+from schedules.space import Config
+
+OK = "ok"
+COMPILE_ERROR = "compile_error"
+RUNTIME_ERROR = "runtime_error"
+BUILD_TIMEOUT = "build_timeout"
+RUN_TIMEOUT = "run_timeout"
+WRONG_RESULT = "wrong_result"
+WORKER_DIED = "worker_died"
+STATUSES = (OK, COMPILE_ERROR, RUNTIME_ERROR, BUILD_TIMEOUT, RUN_TIMEOUT, WRONG_RESULT, WORKER_DIED)
+
+
+@dataclass(frozen=True)
+class MeasureInput:
+    workload: Workload
+    template: str
+    config: Config
+    fault: str = ""   # test-only hook: "crash" or "hang" makes the worker misbehave on purpose
+
+
+@dataclass
+class MeasureResult:
+    input: MeasureInput
+    status: str
+    latencies: list[float] = field(default_factory=list)   # seconds per call, one per repeat
+    error: str = ""
+    compile_s: float = 0.0
+    run_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def median(self) -> float | None:
+        if not self.ok or not self.latencies:
+            return None
+        s = sorted(self.latencies)
+        n = len(s)
+        return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+    @property
+    def spread(self) -> float | None:
+        """(max - min) / median of the repeats: how noisy this timing was."""
+        m = self.median
+        return (max(self.latencies) - min(self.latencies)) / m if m else None

@@ -91,6 +91,7 @@ def import_onnx(model, dims: dict[str, DimRange] | None = None) -> Graph:
         types[vi.name] = t
         inputs.append(vi.name)
     hints = {}
+    input_dims = dict(dim_names)  # dims named only in annotations are not graph dims
     for vi in list(g.value_info) + list(g.output):
         t = _type_of(vi, dim_names)
         if t is not None:
@@ -108,7 +109,7 @@ def import_onnx(model, dims: dict[str, DimRange] | None = None) -> Graph:
             attrs["_opset"] = opset
         nodes.append(Node(n.op_type, tuple(n.input), tuple(n.output), attrs, n.name or f"{n.op_type}_{i}"))
     declared = dict(dims or {})
-    ranges = {name: declared.pop(name, DimRange(name)) for name in dim_names.values()}
+    ranges = {name: declared.pop(name, DimRange(name)) for name in input_dims.values()}
     if declared:
         raise ModelError(f"--dim names {sorted(declared)} are not dynamic dims of the model "
                          f"(it has: {sorted(ranges) or 'none'})")

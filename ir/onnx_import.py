@@ -92,7 +92,7 @@ def import_onnx(model, dims: dict[str, DimRange] | None = None) -> Graph:
         inputs.append(vi.name)
     hints = {}
     input_dims = dict(dim_names)  # dims named only in annotations are not graph dims
-    for vi in list(g.value_info) + list(g.output):
+    for vi in list(g.value_info) + list(g.output) + _onnx_inferred(proto, g):
         t = _type_of(vi, dim_names)
         if t is not None:
             hints[vi.name] = t
@@ -117,6 +117,17 @@ def import_onnx(model, dims: dict[str, DimRange] | None = None) -> Graph:
                   name=Path(str(model)).stem if not isinstance(model, onnx.ModelProto) else (g.name or "model"),
                   hints=hints, opset=opset)
     return graph
+
+
+def _onnx_inferred(proto, g) -> list:
+    """onnx.shape_inference's value_info for values the model leaves unannotated: the
+    types of ops we do not know (opaque ops) come from here."""
+    known = {vi.name for vi in list(g.value_info) + list(g.output)}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True).graph.value_info
+    except Exception:
+        return []
+    return [vi for vi in inferred if vi.name not in known]
 
 
 def _constant_value(n, attrs) -> np.ndarray:

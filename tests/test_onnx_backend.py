@@ -19,12 +19,6 @@ from ir.reference import run_reference
 
 # test name (without _cpu) -> why it fails
 KNOWN_GAPS: dict[str, str] = {
-    'center_crop_pad_crop_and_pad_expanded': 'Pad/Slice amounts computed from input data inside the graph: shapes are data-dependent',
-    'center_crop_pad_crop_axes_chw_expanded': 'Pad/Slice amounts computed from input data inside the graph: shapes are data-dependent',
-    'center_crop_pad_crop_axes_hwc_expanded': 'Pad/Slice amounts computed from input data inside the graph: shapes are data-dependent',
-    'center_crop_pad_crop_expanded': 'Pad/Slice amounts computed from input data inside the graph: shapes are data-dependent',
-    'center_crop_pad_crop_negative_axes_hwc_expanded': 'Pad/Slice amounts computed from input data inside the graph: shapes are data-dependent',
-    'center_crop_pad_pad_expanded': 'Pad/Slice amounts computed from input data inside the graph: shapes are data-dependent',
     'reduce_log_sum_asc_axes_expanded': 'ReduceSum axes fed as a graph input to an inner node: data-dependent shape without annotation',
     'reduce_log_sum_default_expanded': 'ReduceSum axes fed as a graph input to an inner node: data-dependent shape without annotation',
     'reduce_log_sum_desc_axes_expanded': 'ReduceSum axes fed as a graph input to an inner node: data-dependent shape without annotation',

@@ -115,20 +115,36 @@ def _conv_ref(node, xs):
 register("Conv", ANCHOR, _conv_infer, _conv_ref)
 
 
-def _conv_transpose_infer(node, types, consts):
-    x, w = types[0].shape, types[1].shape
-    group = int(node.attrs.get("group", 1))
-    k = len(x) - 2
-    kernel = list(node.attrs.get("kernel_shape") or w[2:])
+def _convt_geometry(node, spatial, kernel):
+    """(strides, dilations, pads, output_padding, out sizes) of a ConvTranspose; output_shape
+    and auto_pad=SAME_* fix the output size and imply the pads (ONNX's formula)."""
+    k = len(kernel)
     strides = list(node.attrs.get("strides") or [1] * k)
     dil = list(node.attrs.get("dilations") or [1] * k)
     pads = list(node.attrs.get("pads") or [0] * (2 * k))
     outpad = list(node.attrs.get("output_padding") or [0] * k)
-    if node.attrs.get("output_shape") or node.attrs.get("auto_pad", "NOTSET") != "NOTSET":
-        raise UnsupportedOpError(f"node '{node.name}' (ConvTranspose): output_shape/auto_pad are not supported")
+    auto = node.attrs.get("auto_pad", "NOTSET")
+    full = [simplify_dim(strides[i] * (spatial[i] - 1) + outpad[i] + (kernel[i] - 1) * dil[i] + 1) for i in range(k)]
+    want = list(node.attrs.get("output_shape") or [])[-k:] if node.attrs.get("output_shape") else None
+    if want is None and auto in ("SAME_UPPER", "SAME_LOWER"):
+        want = [simplify_dim(spatial[i] * strides[i]) for i in range(k)]
+    if want is not None:
+        for i in range(k):
+            total = full[i] - want[i]
+            if isinstance(total, int):
+                total = max(total, 0)
+                half = total // 2
+                pads[i], pads[i + k] = (half, total - half) if auto == "SAME_UPPER" else (total - half, half)
+        return strides, dil, pads, outpad, want
+    return strides, dil, pads, outpad, [simplify_dim(full[i] - pads[i] - pads[i + k]) for i in range(k)]
+
+
+def _conv_transpose_infer(node, types, consts):
+    x, w = types[0].shape, types[1].shape
+    group = int(node.attrs.get("group", 1))
+    kernel = list(node.attrs.get("kernel_shape") or w[2:])
     note_equal(node, x[1], w[0])
-    outs = [simplify_dim(strides[i] * (x[2 + i] - 1) + outpad[i] + (kernel[i] - 1) * dil[i] + 1 - pads[i] - pads[i + k])
-            for i in range(k)]
+    outs = _convt_geometry(node, x[2:], kernel)[4]
     return [TensorType((x[0], w[1] * group) + tuple(outs), types[0].dtype)]
 
 
@@ -139,13 +155,12 @@ def _conv_transpose_ref(node, xs):
     k = x.ndim - 2
     group = int(node.attrs.get("group", 1))
     kernel = list(w.shape[2:])
-    strides = list(node.attrs.get("strides") or [1] * k)
-    dil = list(node.attrs.get("dilations") or [1] * k)
-    pads = list(node.attrs.get("pads") or [0] * (2 * k))
-    outpad = list(node.attrs.get("output_padding") or [0] * k)
+    strides, dil, pads, outpad, outs = _convt_geometry(node, list(x.shape[2:]), kernel)
     mg = w.shape[1]
     full = [strides[i] * (x.shape[2 + i] - 1) + outpad[i] + (kernel[i] - 1) * dil[i] + 1 for i in range(k)]
-    y = np.zeros((n, mg * group) + tuple(full), dtype=x.dtype)
+    # an output_shape larger than the natural size is zero-extended at the end
+    size = [max(full[i], pads[i] + outs[i]) for i in range(k)]
+    y = np.zeros((n, mg * group) + tuple(size), dtype=x.dtype)
     cg = c // group
     for g in range(group):
         xs_g = x[:, g * cg:(g + 1) * cg]
@@ -156,7 +171,7 @@ def _conv_transpose_ref(node, xs):
                        for i in range(k))
             patch = contrib[(slice(None),) + (slice(None),) * k + (slice(None),) + kidx]   # n, *sp, mg
             y[(slice(None), slice(g * mg, (g + 1) * mg)) + sl] += np.moveaxis(patch, -1, 1)
-    crop = tuple(slice(pads[i], full[i] - pads[i + k]) for i in range(k))
+    crop = tuple(slice(pads[i], pads[i] + outs[i]) for i in range(k))
     y = y[(slice(None), slice(None)) + crop]
     if len(xs) > 2 and xs[2] is not None:
         y = y + xs[2].reshape((1, -1) + (1,) * k)

@@ -43,6 +43,12 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
     return CompiledModel(graph, partition(graph), Chooser(plan, db, tgt.key), strict=strict)
 
 
+def default_sizes(dims: dict[str, DimRange], shapes: dict[str, list[int]] | None = None) -> dict[str, int]:
+    """The dim sizes to run at: the first `--shape` point (32 for dims not given)."""
+    from ir.points import shape_points
+    return shape_points(dims, shapes)[0]
+
+
 def build_plan(graph, db, points: list[dict], target_key: str, model_name: str = "") -> Plan:
     """The best stored config per subgraph workload at each tuned shape point."""
     from ir.workload import make_workload
@@ -62,4 +68,4 @@ def build_plan(graph, db, points: list[dict], target_key: str, model_name: str =
     return Plan(host_target().describe(), dims, entries, model_name)
 
 
-__all__ = ["load", "build_plan", "CompiledModel", "Coverage", "Plan", "PlanEntry", "PlanError"]
+__all__ = ["load", "build_plan", "default_sizes", "CompiledModel", "Coverage", "Plan", "PlanEntry", "PlanError"]

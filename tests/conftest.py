@@ -23,3 +23,13 @@ def db_url(request, tmp_path):
         return
     with fresh_database(request.getfixturevalue("pg_url")) as url:
         yield url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kernel_cache(tmp_path_factory):
+    """Compiled kernels go to one cache per test session (unless TENSORTUNE_CACHE is set),
+    so tests share compiles with each other but never with an earlier run."""
+    import os
+    if "TENSORTUNE_CACHE" not in os.environ:
+        os.environ["TENSORTUNE_CACHE"] = str(tmp_path_factory.mktemp("kernel_cache"))
+    yield os.environ["TENSORTUNE_CACHE"]

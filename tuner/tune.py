@@ -203,6 +203,17 @@ def _ms(s: float | None) -> str:
     return f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.1f} us"
 
 
+def check_runnable(graph) -> None:
+    """Ops of custom domains that tensortune has no implementation for cannot run at all."""
+    from ir.errors import UnsupportedOpError
+    from ir.ops import OPS
+    bad = [n for n in graph.nodes if n.op not in OPS and n.attrs.get("_domain")]
+    if bad:
+        n = bad[0]
+        raise UnsupportedOpError(f"op '{n.op}' of domain '{n.attrs['_domain']}' (node '{n.name}') is not supported "
+                                 f"by tensortune" + (f" ({len(bad) - 1} more such nodes)" if len(bad) > 1 else ""))
+
+
 def tune_model(model, db: Database, opts: TuneOptions, dims: dict[str, DimRange] | None = None,
                shapes: dict[str, list[int]] | None = None, target: Target | None = None,
                builder: Builder | None = None, runner: Runner | None = None):
@@ -210,6 +221,7 @@ def tune_model(model, db: Database, opts: TuneOptions, dims: dict[str, DimRange]
     if opts.trials <= 0:
         raise TensortuneError(f"--trials must be a positive number, got {opts.trials}")
     graph = simplify(import_onnx(model, dims))
+    check_runnable(graph)
     points = shape_points(graph.dims, shapes)
     tasks, uncovered = extract_tasks(graph, points)
     reports = tune_tasks(tasks, db, opts, target, builder, runner)

@@ -69,7 +69,7 @@ class DenseTemplate(Template):
         mr, nr = (int(x) for x in cfg["regtile"].split("x"))
         threads = num_threads() if cfg["parallel"] else 1
         module = LoopModule((_pack_a(mr), _pack_b(nr), _blocks(mr, nr, cfg["order"], epi)),
-                            doc=f"dense {wl.describe()} regtile={mr}x{nr} order={cfg['order']}",
+                            doc=f"dense kernel: regtile={mr}x{nr} order={cfg['order']}, epilogue {[st[0]['op'] for st in epi.steps]}",
                             meta={"template": f"dense v{self.version}"})
         MB, NB, KB = cfg["MB"], cfg["NB"], cfg["KB"]
         b_const = b["const"]

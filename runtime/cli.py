@@ -1,0 +1,144 @@
+"""`tune-run`: run a model with its tuned kernels; check against onnxruntime, benchmark."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+from ir.errors import TensortuneError
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="tune-run", description="Run an ONNX model with tuned kernels.")
+    p.add_argument("--model", required=True)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--db", default=None, help="database URL (default $TENSORTUNE_DB or sqlite:///tuning.db if it exists)")
+    src.add_argument("--plan", default=None, help="plan file written by `tune --plan`")
+    p.add_argument("--dim", action="append", metavar="NAME=LO:HI")
+    p.add_argument("--shape", action="append", metavar="NAME=V", help="dynamic dim sizes to run at (default 32)")
+    p.add_argument("--check", action="store_true", help="compare outputs with onnxruntime")
+    p.add_argument("--bench", type=int, default=0, metavar="N", help="time N runs; print p50/p95/p99")
+    p.add_argument("--strict", action="store_true", help="fail if any subgraph would run on the reference path")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def random_feeds(graph, sizes: dict, seed: int = 0) -> dict:
+    from ir.shapes import bind
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name in graph.inputs:
+        t = graph.type_of(name)
+        shape = bind(t.shape, sizes)
+        if t.dtype.startswith("float"):
+            feeds[name] = rng.standard_normal(shape).astype(t.dtype)
+        elif t.dtype == "bool":
+            feeds[name] = rng.random(shape) < 0.5
+        else:  # ids and masks: small non-negative ints are valid for any embedding table
+            feeds[name] = rng.integers(0, 2, size=shape).astype(t.dtype)
+    return feeds
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except TensortuneError as e:
+        print(f"tune-run: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        if os.environ.get("TENSORTUNE_DEBUG"):
+            raise
+        print(f"tune-run: internal error: {type(e).__name__}: {e} (set TENSORTUNE_DEBUG=1 for a traceback)",
+              file=sys.stderr)
+        return 1
+
+
+def _default_db(args):
+    if args.db or args.plan:
+        return args.db
+    from database import default_url
+    url = default_url()
+    if url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///"):]):
+        return None
+    return url
+
+
+def _run(args) -> int:
+    import runtime
+    from ir.shapes import parse_dim_ranges, parse_shape_points
+    dims = parse_dim_ranges(args.dim)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t0 = time.perf_counter()
+        model = runtime.load(args.model, db=_default_db(args), plan=args.plan, dims=dims, strict=args.strict)
+        load_s = time.perf_counter() - t0
+    sizes = runtime.default_sizes(model.graph.dims, parse_shape_points(args.shape))
+    feeds = random_feeds(model.graph, sizes, args.seed)
+    t0 = time.perf_counter()
+    outs = model.run(feeds)
+    first_s = time.perf_counter() - t0
+    report = {"model": args.model, "sizes": sizes, "load_s": load_s, "first_run_s": first_s,
+              "warnings": [str(w.message) for w in caught]}
+    if args.check:
+        report["check"] = _check(args.model, feeds, outs)
+    if args.bench:
+        lat = []
+        for _ in range(args.bench):
+            t0 = time.perf_counter()
+            model.run(feeds)
+            lat.append(time.perf_counter() - t0)
+        report["latency_ms"] = {f"p{q}": float(np.percentile(lat, q) * 1e3) for q in (50, 95, 99)}
+    cov = model.coverage(sizes)
+    report["coverage"] = cov.to_json()
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        for w in report["warnings"]:
+            print(f"warning: {w}")
+        print(f"model {args.model} at {sizes}: loaded in {load_s:.2f} s, first run {first_s * 1e3:.1f} ms")
+        print(f"kernels: {cov}")
+        if cov.fallback_ops:
+            print(f"ops on onnx.reference: {', '.join(cov.fallback_ops)}")
+        if "check" in report:
+            c = report["check"]
+            print(f"check vs onnxruntime: max abs error {c['max_abs_error']:.3g}, max rel error "
+                  f"{c['max_rel_error']:.3g} -> {'OK' if c['ok'] else 'MISMATCH'}")
+        if "latency_ms" in report:
+            l = report["latency_ms"]
+            print(f"latency over {args.bench} runs: p50 {l['p50']:.3f} ms, p95 {l['p95']:.3f} ms, p99 {l['p99']:.3f} ms")
+    if "check" in report and not report["check"]["ok"]:
+        return 3
+    return 0
+
+
+def _check(model_path, feeds, outs) -> dict:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise TensortuneError("--check needs onnxruntime: pip install 'tensortune[check]'") from None
+    sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    ref = dict(zip(names, sess.run(None, feeds)))
+    abs_err, rel_err, ok = 0.0, 0.0, True
+    for name, want in ref.items():
+        got = outs[name]
+        if got.shape != want.shape:
+            return {"max_abs_error": float("inf"), "max_rel_error": float("inf"), "ok": False,
+                    "error": f"output '{name}' shape {got.shape} vs onnxruntime {want.shape}"}
+        d = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        scale = np.abs(want.astype(np.float64))
+        abs_err = max(abs_err, float(d.max()) if d.size else 0.0)
+        rel_err = max(rel_err, float((d / np.maximum(scale, 1e-6)).max()) if d.size else 0.0)
+        ok = ok and bool(np.allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(scale.max()) if scale.size else 1.0)))
+    return {"max_abs_error": abs_err, "max_rel_error": rel_err, "ok": ok}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

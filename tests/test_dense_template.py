@@ -1,0 +1,116 @@
+"""The dense template: every config computes the right answer on odd shapes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from codegen import compile_kernel
+from ir import import_onnx, make_workload, partition, simplify
+from schedules import get_template
+from tests.helpers import dense_model
+from tuner.measure import LocalBuilder, MeasureInput
+
+DENSE = get_template("dense")
+
+
+def workload(m, k, n, epilogue=("bias", "relu")):
+    g = simplify(import_onnx(dense_model(m, k, n, epilogue)))
+    sgs = partition(g)
+    assert len(sgs) == 1
+    return make_workload(g, sgs[0], {})
+
+
+def check(wl, cfg, seed=0):
+    kernel = compile_kernel(DENSE, wl, cfg)
+    arrays = wl.random_inputs(seed)
+    consts = [a if spec["const"] else None for a, spec in zip(arrays, wl.inputs)]
+    got = kernel.bind(consts)(arrays)
+    want = wl.reference(arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
+
+
+@pytest.fixture(scope="module")
+def compiled_code_shapes():
+    """Compile every code shape of the space once, in parallel worker processes;
+    configs that differ only in run-time knobs then load from the kernel cache."""
+    wl = workload(37, 19, 53)
+    space = DENSE.space(wl)
+    reps = {}
+    for cfg in space:
+        reps.setdefault(space.code_key(cfg), cfg)
+    builder = LocalBuilder(timeout=600)
+    try:
+        results = builder.build([MeasureInput(wl, "dense", c) for c in reps.values()])
+    finally:
+        builder.close()
+    assert all(r.status == "ok" for r in results), [r.error for r in results if r.status != "ok"]
+    return len(reps)
+
+
+def test_space_has_the_knobs_the_issue_asks_for():
+    space = DENSE.space(workload(32, 256, 256))
+    names = {k.name for k in space.knobs}
+    assert {"MB", "NB", "KB", "order", "parallel", "regtile"} <= names
+    code = {k.name for k in space.knobs if k.code_shape}
+    assert code == {"regtile", "order"}  # block sizes and threading are run-time arguments
+    assert len(space) > 1000
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), m=st.sampled_from([1, 2, 7, 37, 64]), k=st.sampled_from([1, 5, 19, 64]),
+       n=st.sampled_from([1, 3, 53, 70]))
+def test_every_config_matches_numpy_on_odd_shapes(compiled_code_shapes, data, m, k, n):
+    wl = workload(m, k, n)
+    space = DENSE.space(wl)
+    index = data.draw(st.integers(0, len(space) - 1))
+    check(wl, space.get(index))
+
+
+def test_all_code_shapes_on_one_odd_shape(compiled_code_shapes):
+    wl = workload(37, 19, 53)
+    space = DENSE.space(wl)
+    seen = set()
+    for cfg in space:
+        if space.code_key(cfg) not in seen:
+            seen.add(space.code_key(cfg))
+            check(wl, cfg)
+    assert len(seen) == compiled_code_shapes
+
+
+@pytest.mark.parametrize("epilogue", [(), ("residual",), ("bias", "sigmoid"), ("residual", "relu")])
+def test_epilogue_modes(epilogue):
+    wl = workload(9, 33, 17, epilogue)
+    check(wl, DENSE.default_config(wl))
+
+
+def test_batched_activation_is_flattened():
+    """A[b, s, K] @ W[K, N]: leading dims flatten into M (transformer dense layers)."""
+    from onnx import TensorProto, helper, numpy_helper
+    w = np.random.default_rng(1).standard_normal((24, 40)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5, 24])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5, 40])],
+                          [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    graph = simplify(import_onnx(model))
+    wl = make_workload(graph, partition(graph)[0], {})
+    assert DENSE.matches(wl)
+    check(wl, DENSE.default_config(wl))
+
+
+def test_generated_source_is_kept_and_readable():
+    wl = workload(8, 8, 8)
+    k = compile_kernel(DENSE, wl, DENSE.default_config(wl))
+    assert "def blocks(" in k.source and "c3_15 += a3 * b15" in k.source  # 4x16 register tile
+    assert k.compiled.path.read_text() == k.source
+
+
+def test_run_time_knobs_share_one_compile():
+    wl = workload(16, 16, 16)
+    space = DENSE.space(wl)
+    base = DENSE.default_config(wl)
+    other = space.validate({**base.to_json(), "MB": 1, "NB": 32, "parallel": False})
+    a, b = compile_kernel(DENSE, wl, base), compile_kernel(DENSE, wl, other)
+    assert a.compiled.path == b.compiled.path

@@ -1,0 +1,104 @@
+"""Measurement survives crashing and hanging candidates; the tuner loses nothing when killed."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from database import Database
+from ir import import_onnx, make_workload, partition, simplify
+from schedules import get_template
+from tuner.measure import LocalBuilder, LocalRunner, MeasureInput, measure
+
+MLP = Path(__file__).resolve().parents[1] / "experiments" / "models" / "mlp.onnx"
+
+
+@pytest.fixture(scope="module")
+def mlp_workload():
+    g = simplify(import_onnx(MLP))
+    return make_workload(g, partition(g)[0], {"batch": 8})
+
+
+def test_crash_and_hang_become_failed_results_and_the_run_goes_on(mlp_workload):
+    dense = get_template("dense")
+    cfg = dense.default_config(mlp_workload)
+    inputs = [MeasureInput(mlp_workload, "dense", cfg, fault="crash"),
+              MeasureInput(mlp_workload, "dense", cfg, fault="hang"),
+              MeasureInput(mlp_workload, "dense", cfg)]
+    builder, runner = LocalBuilder(timeout=300), LocalRunner(timeout=20, repeat=3, min_repeat_ms=2)
+    try:
+        results = measure(builder, runner, inputs)
+    finally:
+        builder.close()
+        runner.close()
+    assert [r.status for r in results] == ["worker_died", "run_timeout", "ok"]
+    assert "died" in results[0].error and "no answer" in results[1].error
+    assert results[2].median > 0 and len(results[2].latencies) == 3
+
+
+def test_wrong_result_is_recorded_not_ranked(mlp_workload, monkeypatch):
+    """A template bug that computes garbage is caught by the NumPy check."""
+    from tuner.measure import jobs
+    wl = mlp_workload
+    bad = dict(wl.to_json())
+    runner_req = {"workload": bad, "template": "dense", "config": get_template("dense").default_config(wl).to_json(),
+                  "repeat": 1, "min_repeat_ms": 1}
+    real = jobs._expected
+    monkeypatch.setattr(jobs, "_expected", lambda w: (real(w)[0], real(w)[1] + 1.0))
+    reply = jobs.run_job(runner_req)
+    assert "wrong" in reply and "max abs error" in reply["wrong"]
+
+
+def test_compile_error_is_a_result(mlp_workload):
+    builder = LocalBuilder(n_workers=1, timeout=60)
+    try:
+        from schedules import Config
+        bad = MeasureInput(mlp_workload, "dense", Config({"regtile": "5x5"}))
+        [r] = builder.build([bad])
+    finally:
+        builder.close()
+    assert r.status == "compile_error" and r.error
+
+
+def test_results_survive_killing_the_tuner(tmp_path):
+    db_path = tmp_path / "t.db"
+    url = f"sqlite:///{db_path}"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "tuner.cli", "--model", str(MLP), "--trials", "200", "--batch-size", "2",
+           "--db", url, "--no-progress"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        n = 0
+        while time.time() < deadline:
+            time.sleep(1)
+            if db_path.exists():
+                try:
+                    n = Database(url).stats()["records"]
+                except Exception:
+                    n = 0
+                if n >= 3:
+                    break
+            assert proc.poll() is None, "tuner exited early"
+        assert n >= 3, "tuner produced no results in time"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    db = Database(url)
+    kept = db.stats()["records"]
+    assert kept >= 3
+    # resume: a new run with a small budget measures only configs not stored yet
+    g = simplify(import_onnx(MLP))
+    wl = make_workload(g, partition(g)[0], {"batch": 32})
+    before = db.records(workload_key=wl.key)
+    from tuner.tune import TuneOptions, tune_model
+    tune_model(MLP, db, TuneOptions(trials=2, batch_size=2, progress=False, repeat=2, min_repeat_ms=2))
+    after = db.records(workload_key=wl.key)
+    hashes = [r.config_hash for r in after]
+    assert len(after) == len(before) + 2 and len(set(hashes)) == len(hashes)

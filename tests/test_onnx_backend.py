@@ -26,8 +26,6 @@ KNOWN_GAPS: dict[str, str] = {
     'reduce_log_sum_negative_axes_expanded': 'ReduceSum axes fed as a graph input to an inner node: data-dependent shape without annotation',
     'identity_opt': 'optional types are not tensors',
     'identity_sequence': 'sequence types are not tensors',
-    'maxpool_with_argmax_2d_precomputed_pads': 'MaxPool Indices output not implemented',
-    'maxpool_with_argmax_2d_precomputed_strides': 'MaxPool Indices output not implemented',
     'training_dropout': 'Dropout training_mode (random masks) is not supported: inference only',
     'training_dropout_default': 'Dropout training_mode (random masks) is not supported: inference only',
     'training_dropout_default_mask': 'Dropout training_mode (random masks) is not supported: inference only',

@@ -199,7 +199,10 @@ def _pool_ref(node, xs):
     if node.op == "MaxPool":
         fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
         win = _windows(np.pad(x, widths, constant_values=fill), kernel, strides, dil, outs)
-        return [np.ascontiguousarray(win.max(axis=axes))]
+        y = np.ascontiguousarray(win.max(axis=axes))
+        if len(node.outputs) < 2 or not node.outputs[1]:
+            return [y]
+        return [y, _argmax_indices(node, x, win, widths, kernel, strides, dil, outs)]
     total = _windows(np.pad(x, widths), kernel, strides, dil, outs).sum(axis=axes)
     ones = np.ones((1, 1) + x.shape[2:], dtype=x.dtype)
     if node.attrs.get("count_include_pad", 0):  # count pads, but not the ceil_mode tail
@@ -211,7 +214,30 @@ def _pool_ref(node, xs):
     return [np.ascontiguousarray(total / count, dtype=x.dtype)]
 
 
-register("MaxPool", REDUCE, _pool_infer, _pool_ref)
+def _argmax_indices(node, x, win, widths, kernel, strides, dil, outs):
+    """MaxPool's Indices output: flat index of each max in x (row-major, or column-major
+    over the spatial axes with storage_order=1)."""
+    k = len(kernel)
+    spatial = x.shape[2:]
+    if node.attrs.get("storage_order", 0):
+        coords = np.indices(spatial)
+        flat_sp = sum(coords[i] * int(np.prod(spatial[:i])) for i in range(k))
+    else:
+        flat_sp = np.arange(int(np.prod(spatial))).reshape(spatial)
+    base = (np.arange(x.shape[0] * x.shape[1]) * int(np.prod(spatial))).reshape(x.shape[:2] + (1,) * k)
+    idx = np.pad(base + flat_sp, widths, constant_values=-1)
+    iwin = _windows(idx, kernel, strides, dil, outs)
+    flat = win.reshape(win.shape[:2 + k] + (-1,))
+    pick = flat.argmax(axis=-1)[..., None]
+    return np.take_along_axis(iwin.reshape(flat.shape), pick, axis=-1)[..., 0].astype(np.int64)
+
+
+def _maxpool_infer(node, types, consts):
+    y = _pool_infer(node, types, consts)[0]
+    return [y, TensorType(y.shape, "int64")]
+
+
+register("MaxPool", REDUCE, _maxpool_infer, _pool_ref)
 register("AveragePool", REDUCE, _pool_infer, _pool_ref)
 
 

@@ -243,7 +243,8 @@ def _slice_len(node, d, s, e, st):
             end = e  # assume the symbolic dim is at least as large
     else:
         end = e  # a symbolic end (e.g. seq_len) is taken to lie within the dim
-    return simplify_dim(sympy.Max(0, end - start) if not isinstance(end - start, int) else max(0, end - start))
+    n = end - start
+    return max(0, n) if isinstance(n, int) else simplify_dim(n)  # symbolic: assumed non-empty
 
 
 def _slice_infer(node, types, consts):
@@ -256,8 +257,6 @@ def _slice_infer(node, types, consts):
     for s, e, a, st in zip(starts, ends, axes, steps):
         a = int(a) % len(shape)
         shape[a] = _slice_len(node, shape[a], s, e, int(st))
-        if isinstance(shape[a], sympy.Max):
-            shape[a] = simplify_dim(shape[a].args[1]) if len(shape[a].args) == 2 else shape[a]
     return [TensorType(tuple(shape), types[0].dtype)]
 
 

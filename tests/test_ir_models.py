@@ -118,3 +118,27 @@ def test_bert_seq_128(bert):
     ids = np.random.default_rng(0).integers(0, 1000, (1, 128)).astype(np.int64)
     feeds = {"input_ids": ids, "attention_mask": np.ones((1, 128), np.int64)}
     np.testing.assert_allclose(run_reference(g, feeds)["hidden"], _ort(bert, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("which", ["resnet", "bert"])
+def test_shapes_agree_with_onnx_shape_inference(which, request):
+    """Every intermediate shape onnx.shape_inference knows, we know too and identically
+    (same int, or the same named dim); where it gives up (unk__ / missing) we stay exact."""
+    import onnx
+    from ir.passes import infer_shapes
+    model = request.getfixturevalue(which)
+    theirs = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True).graph.value_info
+    g = infer_shapes(import_onnx(model))
+    compared = 0
+    for vi in theirs:
+        ours = g.type_of(vi.name).shape
+        dims = vi.type.tensor_type.shape.dim
+        assert len(ours) == len(dims), vi.name
+        for a, d in zip(ours, dims):
+            if d.HasField("dim_value"):
+                assert a == d.dim_value, (vi.name, ours)
+                compared += 1
+            elif d.dim_param and not d.dim_param.startswith("unk__"):
+                assert str(a) == d.dim_param, (vi.name, ours)
+                compared += 1
+    assert compared > 100

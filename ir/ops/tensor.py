@@ -110,8 +110,7 @@ def _reshape_ref(node, xs):
 
 
 register("Reshape", INJECTIVE, _reshape_infer, _reshape_ref)
-register_value("Reshape", _value_passthrough(
-    lambda n, xs: [xs[0].reshape([int(v) for v in xs[1].reshape(-1)] if all(isinstance(v, (int, np.integer)) for v in xs[1].reshape(-1)) else None)]))
+register_value("Reshape", _value_passthrough(_reshape_ref))  # int() of a symbolic target fails -> unknown
 
 
 def _flatten_shape(node, shape):
@@ -287,9 +286,15 @@ def _gather_ref(node, xs):
 
 
 register("Gather", INJECTIVE, _gather_infer, _gather_ref)
-register_value("Gather", lambda n, vals, t: None if vals[1] is None or vals[0] is None else [
-    np.take(np.asarray(vals[0], dtype=object), np.asarray(dims_of(vals[1]), dtype=np.int64).reshape(np.shape(vals[1])),
-            axis=int(n.attrs.get("axis", 0)))] if all(isinstance(v, int) for v in dims_of(vals[1])) else None)
+def _gather_value(node, vals, types):
+    """Gather of a shape value at constant int indices (e.g. Shape(x)[1] -> seq)."""
+    if vals[0] is None or vals[1] is None or not all(isinstance(v, int) for v in dims_of(vals[1])):
+        return None
+    idx = np.asarray(dims_of(vals[1]), dtype=np.int64).reshape(np.shape(vals[1]))
+    return [np.take(np.asarray(vals[0], dtype=object), idx, axis=int(node.attrs.get("axis", 0)))]
+
+
+register_value("Gather", _gather_value)
 
 
 # -- Expand / Tile / Pad ------------------------------------------------------------------

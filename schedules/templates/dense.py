@@ -19,8 +19,10 @@ from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob, split_options
 from schedules.template import Lowered, Template
 
+# MR x NR register tiles (NR a multiple of the 8-float AVX2 vector), or "blas": library
+# dispatch (NumPy's BLAS matmul) followed by the generated epilogue, as TVM's cblas extern.
 REG_TILES = ("1x8", "1x16", "1x32", "2x16", "2x32", "3x16", "3x24", "4x8", "4x16", "4x24",
-             "6x16", "8x8", "8x16", "12x8")
+             "6x16", "8x8", "8x16", "12x8", "blas")
 BLOCKS = (1, 2, 4, 8, 16, 32, 64)
 F0 = "np.float32(0.0)"
 
@@ -66,6 +68,8 @@ class DenseTemplate(Template):
         a, b = _problem(wl)
         K, N = b["shape"]
         epi = parse_epilogue(wl, 2, wl.output_shape)
+        if cfg["regtile"] == "blas":
+            return self._lower_blas(wl, cfg, epi, K, N)
         mr, nr = (int(x) for x in cfg["regtile"].split("x"))
         threads = num_threads() if cfg["parallel"] else 1
         module = LoopModule((_pack_a(mr), _pack_b(nr), _blocks(mr, nr, cfg["order"], epi)),
@@ -100,6 +104,39 @@ class DenseTemplate(Template):
             parallel_for(funcs["blocks"], (Ap, Bp, *extras, out.reshape(M, N), Cp, M, N, K, MB, NB, KB), threads)
 
         return Lowered(module, prepare, launch)
+
+    def _lower_blas(self, wl: Workload, cfg: Config, epi: Epilogue, K: int, N: int) -> Lowered:
+        threads = num_threads() if cfg["parallel"] else 1
+        fns = (_epilogue_rows(epi),) if epi.steps else ()
+        module = LoopModule(fns, doc=f"dense via BLAS, epilogue {[st[0]['op'] for st in epi.steps]}",
+                            meta={"template": f"dense v{self.version}"})
+
+        def prepare(funcs, arrays):
+            return {"B": as_kernel_array(arrays[1]) if wl.inputs[1]["const"] else None}
+
+        def launch(funcs, state, arrays, out):
+            A = as_kernel_array(arrays[0]).reshape(-1, K)
+            M = A.shape[0]
+            B = state["B"] if state["B"] is not None else as_kernel_array(arrays[1])
+            out2 = out.reshape(M, N)
+            np.matmul(A, B, out=out2)
+            if epi.steps:
+                extras = [e.view(arrays[e.input_index], M, N) for e in epi.extras]
+                parallel_for(funcs["epilogue"], (out2, *extras, M, N), threads)
+
+        return Lowered(module, prepare, launch)
+
+
+def _epilogue_rows(epi: Epilogue) -> Function:
+    """The fused epilogue as its own pass over out[M, N] (after a library matmul)."""
+    assigns, result = epi.emit("v", "i", "j", "e")
+    body = (For("i", "t", "M", step="T", body=(
+        For("j", "0", "N", (Assign("v", "out[i, j]"),) + tuple(Assign(n, e) for n, e in assigns)
+            + (Assign("out[i, j]", result),)),
+    )),)
+    params = (Param("out", "float32[:, ::1]"),) + tuple(Param(n, t) for n, t in epi.params()) \
+        + (Param("M", "int64"), Param("N", "int64"), Param("t", "int64"), Param("T", "int64"))
+    return Function("epilogue", params, body)
 
 
 def _pack_a(mr: int) -> Function:

@@ -8,10 +8,10 @@ import warnings
 
 from codegen import host_target
 from ir import import_onnx, partition, simplify
-from ir.errors import TensortuneError
 from ir.shapes import DimRange
 from runtime.choose import Chooser
-from runtime.executor import CompiledModel, Coverage
+from runtime.executor import CompiledModel, Coverage, FallbackError
+from runtime.memory import MemoryPlan
 from runtime.plan import Plan, PlanEntry, PlanError
 
 
@@ -33,14 +33,14 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
             msg = (f"plan was tuned on target {plan.target.get('key')} ({plan.target.get('cpu', '?')}), "
                    f"this machine is {tgt.key} ({tgt.cpu}): its configs are not used")
             if strict:
-                raise TensortuneError(msg)
+                raise PlanError(msg)
             warnings.warn(msg + "; running default configs")
             plan = None
     graph = simplify(import_onnx(model, ranges or None))
     if db is not None and not hasattr(db, "best"):
         from database import Database
         db = Database(db)
-    return CompiledModel(graph, partition(graph), Chooser(plan, db, tgt.key), strict=strict)
+    return CompiledModel(graph, partition(graph), Chooser(plan, db, tgt.key, strict=strict), strict=strict)
 
 
 def default_sizes(dims: dict[str, DimRange], shapes: dict[str, list[int]] | None = None) -> dict[str, int]:
@@ -68,4 +68,5 @@ def build_plan(graph, db, points: list[dict], target_key: str, model_name: str =
     return Plan(host_target().describe(), dims, entries, model_name)
 
 
-__all__ = ["load", "build_plan", "default_sizes", "CompiledModel", "Coverage", "Plan", "PlanEntry", "PlanError"]
+__all__ = ["load", "build_plan", "default_sizes", "CompiledModel", "Coverage", "MemoryPlan", "Plan", "PlanEntry",
+           "PlanError", "FallbackError"]

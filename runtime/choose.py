@@ -1,16 +1,27 @@
 """Per subgraph and concrete shape, the kernel to run: the exact tuned config →
 the config tuned for the nearest shape of the same signature → the template's
-default config → the NumPy reference (no template covers it)."""
+default config → the NumPy reference (no template covers it).
+
+A stored record that no longer fits (its template is gone or at another version,
+its config is not in the template's space) is never run: it is reported with a
+warning and the default config is used — or, with `strict`, a `StaleRecordError`.
+"""
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
 
+from ir.errors import TensortuneError
 from ir.workload import Workload
 from schedules import Config, ConfigError, Template, find_template
 from runtime.plan import Plan
 
 TUNED, NEAREST, DEFAULT, REFERENCE = "tuned", "nearest", "default", "reference"
+KINDS = (TUNED, NEAREST, DEFAULT, REFERENCE)
+
+
+class StaleRecordError(TensortuneError):
+    """A plan entry or database record that does not fit the current template."""
 
 
 @dataclass
@@ -20,28 +31,48 @@ class Choice:
     config: Config | None
 
 
+@dataclass
+class _Found:
+    kind: str
+    template: str
+    version: int | None
+    config: dict
+    where: str
+
+
 class Chooser:
     """Looks configs up in a plan or a database for one target."""
 
-    def __init__(self, plan: Plan | None = None, db=None, target_key: str | None = None):
-        self.plan, self.db, self.target_key = plan, db, target_key
+    def __init__(self, plan: Plan | None = None, db=None, target_key: str | None = None, strict: bool = False):
+        self.plan, self.db, self.target_key, self.strict = plan, db, target_key, strict
+        self._warned: set = set()
 
-    def _lookup(self, wl: Workload):
+    def _lookup(self, wl: Workload) -> _Found | None:
         if self.plan is not None:
             e = self.plan.exact(wl.key)
+            kind = TUNED
+            if e is None:
+                e, kind = self.plan.nearest(wl.signature, wl.dims), NEAREST
             if e is not None:
-                return TUNED, e.template, e.config
-            e = self.plan.nearest(wl.signature, wl.dims)
-            if e is not None:
-                return NEAREST, e.template, e.config
+                return _Found(kind, e.template, e.template_version, e.config, f"plan entry {e.workload_key}")
         if self.db is not None:
             best = self.db.best(wl.key, self.target_key, 1)
-            if best:
-                return TUNED, best[0].template, best[0].config
-            near = self.db.nearest(wl.signature, wl.dims, self.target_key)
-            if near is not None:
-                return NEAREST, near.template, near.config
+            kind = TUNED
+            r = best[0] if best else None
+            if r is None:
+                r, kind = self.db.nearest(wl.signature, wl.dims, self.target_key), NEAREST
+            if r is not None:
+                return _Found(kind, r.template, getattr(r, "template_version", None), r.config,
+                              f"database record {getattr(r, 'id', '?')}")
         return None
+
+    def _stale(self, wl: Workload, found: _Found, why: str) -> None:
+        msg = f"{found.where} for {wl.describe()} is not usable: {why}"
+        if self.strict:
+            raise StaleRecordError(msg)
+        if msg not in self._warned:
+            self._warned.add(msg)
+            warnings.warn(msg + "; running the default config")
 
     def choose(self, wl: Workload) -> Choice:
         template = find_template(wl)
@@ -49,10 +80,15 @@ class Chooser:
             return Choice(REFERENCE, None, None)
         found = self._lookup(wl)
         if found is not None:
-            kind, name, cfg = found
-            if name == template.name:
+            if found.template != template.name:
+                self._stale(wl, found, f"it names template '{found.template}', this workload is served by "
+                                       f"'{template.name}'")
+            elif found.version is not None and found.version != template.version:
+                self._stale(wl, found, f"it was tuned with {template.name} v{found.version}, this is "
+                                       f"v{template.version}")
+            else:
                 try:
-                    return Choice(kind, template, template.space(wl).validate(cfg))
+                    return Choice(found.kind, template, template.space(wl).validate(found.config))
                 except ConfigError as e:
-                    warnings.warn(f"stored config for {wl.describe()} does not fit this shape ({e}); using the default")
+                    self._stale(wl, found, f"its config does not fit the template's space ({e})")
         return Choice(DEFAULT, template, template.default_config(wl))

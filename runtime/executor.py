@@ -1,24 +1,41 @@
 """`CompiledModel`: runs a partitioned graph with compiled kernels.
 
-Per concrete shape (the sizes bound from the inputs) it builds a program once:
-for each subgraph the chosen kernel, bound to its constants (weights packed
-here, once), or the NumPy reference ops. Programs are cached per shape.
+Per concrete shape (the sizes bound from the inputs) it builds a `Program` once:
+the subgraphs in dependency order, for each the chosen kernel bound to its
+constants or the NumPy reference ops, and a memory plan that places every
+intermediate tensor in one arena (see `runtime.memory`). Kernels write straight
+into their planned buffer (`BoundKernel(arrays, out=view)`); reference steps copy
+their result into it. Graph outputs get fresh arrays on every call, so an output
+a caller keeps is never overwritten by a later call.
+
+Weight packing (`Kernel.bind`) happens once per (subgraph, template, config) and
+is shared by the programs of every shape: a template's `prepare` depends only on
+the constants and the config, never on the dynamic dims.
 """
 from __future__ import annotations
 
+import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from codegen import compile_kernel
-from ir.errors import ShapeError
+from codegen.kernel import BoundKernel
+from ir.errors import ShapeError, TensortuneError
 from ir.fusion import FusedSubgraph
 from ir.graph import Graph
-from ir.ops import OPS
+from ir.ops import BROADCAST, ELEMWISE, OPS
 from ir.reference import bind_inputs
+from ir.shapes import bind
 from ir.workload import make_workload
 from runtime.choose import REFERENCE, Chooser
+from runtime.memory import MemoryPlan, plan_memory
+
+
+class FallbackError(TensortuneError):
+    """--strict: a subgraph would run on the NumPy reference path (or a stored config is unusable)."""
 
 
 def run_node(g: Graph, node, args: list) -> tuple[list, bool]:
@@ -33,16 +50,24 @@ def run_node(g: Graph, node, args: list) -> tuple[list, bool]:
 class Step:
     subgraph: FusedSubgraph
     kind: str                     # tuned | nearest | default | reference
+    index: int = 0                # position in CompiledModel.subgraphs
     kernel: object = None         # BoundKernel, or None on the reference path
     name: str = ""
     seconds: float = 0.0
     calls: int = 0
+    in_slots: list = field(default_factory=list)
+    # (value, slot, planned view or None, graph output?) for every value the step hands on
+    outs: list = field(default_factory=list)
+    out_shape: tuple = ()
+    out_dtype: str = "float32"
 
 
 @dataclass
 class Program:
     sizes: dict
     steps: list[Step]
+    memory: MemoryPlan | None = None
+    arena: np.ndarray | None = None
     fallback_nodes: list = field(default_factory=list)
 
 
@@ -59,23 +84,73 @@ class Coverage:
         total = sum(self.nodes.values())
         return self.nodes.get(kind, 0) / total if total else 0.0
 
+    def time_share(self, kind: str) -> float:
+        total = sum(self.seconds.values())
+        return self.seconds.get(kind, 0.0) / total if total else 0.0
+
     def to_json(self) -> dict:
         total_s = sum(self.seconds.values()) or 1.0
+        total_n = sum(self.nodes.values()) or 1
         return {"subgraphs": self.counts, "nodes": self.nodes,
+                "node_share": {k: v / total_n for k, v in self.nodes.items()},
                 "time_share": {k: v / total_s for k, v in self.seconds.items()},
                 "onnx_reference_ops": self.fallback_ops}
 
     def __str__(self) -> str:
         total = sum(self.nodes.values())
-        parts = [f"{k}: {self.counts[k]} subgraphs / {self.nodes[k]} nodes ({self.nodes[k] / total:.0%})"
+        parts = [f"{k}: {self.counts[k]} subgraphs / {self.nodes[k]} nodes ({self.nodes[k] / total:.0%} of nodes, "
+                 f"{self.time_share(k):.0%} of time)"
                  for k in ("tuned", "nearest", "default", "reference") if self.counts.get(k)]
         return "; ".join(parts)
 
 
+def topo_order(g: Graph, subgraphs: list[FusedSubgraph]) -> list[FusedSubgraph]:
+    """Subgraphs in an order where each runs after the producers of its inputs
+    (a group that absorbed a later node may need a value made by a group created after it)."""
+    made_by = {o: k for k, sg in enumerate(subgraphs) for n in sg.nodes for o in n.outputs if o}
+    deps = [{made_by[i] for n in sg.nodes for i in n.inputs if i in made_by and made_by[i] != k}
+            for k, sg in enumerate(subgraphs)]
+    order, done = [], set()
+    while len(order) < len(subgraphs):
+        ready = next((k for k in range(len(subgraphs)) if k not in done and deps[k] <= done), None)
+        if ready is None:
+            raise TensortuneError("the partition has a cycle between subgraphs")
+        order.append(ready)
+        done.add(ready)
+    return [subgraphs[k] for k in order]
+
+
+def _pointwise(sg: FusedSubgraph) -> bool:
+    return all(n.op in OPS and OPS[n.op].kind in (ELEMWISE, BROADCAST) for n in sg.nodes)
+
+
 class CompiledModel:
-    def __init__(self, graph: Graph, subgraphs: list[FusedSubgraph], chooser: Chooser, strict: bool = False):
-        self.graph, self.subgraphs, self.chooser, self.strict = graph, subgraphs, chooser, strict
+    """Callable on NumPy arrays (by position or input name). Not reentrant: one call at a
+    time per model (a lock enforces it), since a program's arena is shared by its calls."""
+
+    def __init__(self, graph: Graph, subgraphs: list[FusedSubgraph], chooser: Chooser, strict: bool = False,
+                 plan_memory: bool = True):
+        self.graph, self.chooser, self.strict = graph, chooser, strict
+        self.subgraphs = topo_order(graph, subgraphs)
+        self.plan_memory = plan_memory
         self._programs: dict[tuple, Program] = {}
+        self._kernels: dict[tuple, object] = {}      # (workload key, template, config) -> Kernel
+        self._states: dict[tuple, object] = {}       # (subgraph, template, version, config) -> packed state
+        self.stats = {"binds": 0, "bind_reused": 0, "compiles": 0}
+        self._lock = threading.Lock()
+        names = list(graph.inputs) + list(graph.constants)
+        names += [o for n in graph.nodes for o in n.outputs if o]
+        self._slot = {v: k for k, v in enumerate(dict.fromkeys(names))}
+        self._env0 = [None] * len(self._slot)
+        for name, arr in graph.constants.items():
+            self._env0[self._slot[name]] = arr
+        consumers = graph.consumers()
+        self._read_outside = {}  # subgraph index -> values its nodes make that others read
+        for k, sg in enumerate(self.subgraphs):
+            inside = {id(n) for n in sg.nodes}
+            made = [o for n in sg.nodes for o in n.outputs if o]
+            self._read_outside[k] = [o for o in made if o == sg.output or o in graph.outputs
+                                     or any(id(c) not in inside for c in consumers.get(o, []))]
 
     @property
     def input_names(self) -> list[str]:
@@ -89,53 +164,180 @@ class CompiledModel:
         outs = self.run(feeds)
         return outs[self.graph.outputs[0]] if len(outs) == 1 else outs
 
+    # -- programs ---------------------------------------------------------------------
     def program(self, sizes: dict[str, int]) -> Program:
+        """The program for these dim sizes (built and cached on first use)."""
         key = tuple(sorted(sizes.items()))
-        if key not in self._programs:
-            self._programs[key] = self._build(sizes)
-        return self._programs[key]
+        prog = self._programs.get(key)
+        if prog is None:
+            prog = self._programs[key] = self._build(dict(sizes))
+        return prog
+
+    def prepare(self, feeds_or_sizes: dict) -> Program:
+        """Build the program ahead of the first call: sizes {"batch": 8} or example feeds."""
+        vals = list(feeds_or_sizes.values())
+        if vals and all(isinstance(v, (int, np.integer)) for v in vals):
+            return self.program({k: int(v) for k, v in feeds_or_sizes.items()})
+        return self.program(self._bind(feeds_or_sizes)[1])
+
+    def memory(self, sizes: dict[str, int]) -> MemoryPlan:
+        return self.program(sizes).memory
+
+    def _kernel(self, template, wl, cfg):
+        key = (wl.key, template.name, cfg)
+        k = self._kernels.get(key)
+        if k is None:
+            k = self._kernels[key] = compile_kernel(template, wl, cfg)
+            self.stats["compiles"] += 1
+        return k
+
+    def _bound(self, index: int, template, wl, cfg, sg: FusedSubgraph) -> BoundKernel:
+        kernel = self._kernel(template, wl, cfg)
+        key = (index, template.name, template.version, cfg)
+        state = self._states.get(key)
+        if state is None:
+            bk = kernel.bind([self.graph.constants.get(i) for i in sg.inputs])
+            self._states[key] = bk.state
+            self.stats["binds"] += 1
+            return bk
+        self.stats["bind_reused"] += 1
+        return BoundKernel(kernel, state)
 
     def _build(self, sizes: dict[str, int]) -> Program:
         g = self.graph
-        steps = []
-        for sg in self.subgraphs:
+        steps: list[Step] = []
+        for k, sg in enumerate(self.subgraphs):
             wl = make_workload(g, sg, sizes)
             choice = self.chooser.choose(wl)
+            step = Step(sg, choice.kind, k, name=str(sg), in_slots=[self._slot[i] for i in sg.inputs])
             if choice.kind == REFERENCE:
                 if self.strict:
-                    raise ShapeError(f"--strict: subgraph {sg} ({wl.describe()}) has no template and would run on the reference path")
-                steps.append(Step(sg, REFERENCE, name=str(sg)))
-                continue
-            kernel = compile_kernel(choice.template, wl, choice.config)
-            consts = [g.constants.get(i) for i in sg.inputs]
-            steps.append(Step(sg, choice.kind, kernel.bind(consts), name=str(sg)))
-        return Program(sizes, steps)
+                    raise FallbackError(f"--strict: subgraph '{sg.name}' ({wl.describe()}) has no template "
+                                        "and would run on the NumPy reference path")
+            else:
+                step.kernel = self._bound(k, choice.template, wl, choice.config, sg)
+                step.out_shape, step.out_dtype = tuple(wl.output_shape), wl.output_dtype
+            steps.append(step)
+        prog = Program(sizes, steps)
+        self._plan(prog)
+        return prog
 
-    def run(self, feeds: dict) -> dict:
+    def _handed_on(self, step: Step) -> list[str]:
+        return [step.subgraph.output] if step.kernel is not None else self._read_outside[step.index]
+
+    def _value_type(self, step: Step, name: str, sizes: dict):
+        """(shape, dtype) of a value a step hands on, or None where it cannot be known ahead."""
+        if step.kernel is not None:
+            return step.out_shape, step.out_dtype
+        try:
+            t = self.graph.type_of(name)
+            return tuple(int(d) for d in bind(t.shape, sizes)), t.dtype
+        except Exception:  # unknown type, or a size that depends on data
+            return None
+
+    def _plan(self, prog: Program) -> None:
+        """Liveness over the steps → one arena; views of it become the steps' outputs."""
+        g = self.graph
+        outputs = set(g.outputs)
+        made_at, types = {}, {}
+        for k, step in enumerate(prog.steps):
+            for v in self._handed_on(step):
+                made_at[v] = k
+                types[v] = self._value_type(step, v, prog.sizes)
+        last_use = {}
+        for k, step in enumerate(prog.steps):
+            for i in step.subgraph.inputs:
+                if i in made_at:
+                    last_use[i] = k
+        planned = {v: int(np.prod(t[0], dtype=np.int64)) * np.dtype(t[1]).itemsize
+                   for v, t in types.items() if t is not None and v not in outputs and self.plan_memory}
+        inplace = {}
+        for k, step in enumerate(prog.steps):
+            out = step.subgraph.output
+            if out not in planned or not (step.kernel is None or _pointwise(step.subgraph)):
+                continue
+            for i in step.subgraph.inputs:
+                if i in planned and last_use.get(i) == k and types[i] == types[out]:
+                    inplace[out] = i
+                    break
+        mem = plan_memory(planned, {v: made_at[v] for v in planned}, last_use, inplace)
+        arena = np.empty(mem.arena_bytes, np.uint8)
+        for step in prog.steps:
+            for v in self._handed_on(step):
+                view = None
+                if v in planned:
+                    shape, dtype = types[v]
+                    off = mem.offsets[v]
+                    view = arena[off:off + planned[v]].view(dtype).reshape(shape)
+                step.outs.append((v, self._slot[v], view, v in outputs))
+        prog.memory, prog.arena = mem, arena
+
+    # -- running ----------------------------------------------------------------------
+    def _bind(self, feeds: dict):
         g = self.graph
         unknown = set(feeds) - set(g.inputs)
         if unknown:
             raise ShapeError(f"unknown input(s) {sorted(unknown)}; the model's inputs are {g.inputs}")
-        feeds = {k: np.asarray(v, dtype=g.type_of(k).dtype) for k, v in feeds.items()}
-        sizes = bind_inputs(g, feeds)
-        prog = self.program(sizes)
-        env = dict(g.constants)
-        env.update(feeds)
-        for step in prog.steps:
-            t0 = time.perf_counter()
-            if step.kernel is not None:
-                env[step.subgraph.output] = step.kernel([env[i] for i in step.subgraph.inputs])
-            else:
-                for n in step.subgraph.nodes:
-                    outs, fell = run_node(g, n, [env[i] if i else None for i in n.inputs])
-                    if fell and n.op not in prog.fallback_nodes:
-                        prog.fallback_nodes.append(n.op)
-                    for o, v in zip(n.outputs, outs):
-                        if o:
-                            env[o] = np.asarray(v)
-            step.seconds += time.perf_counter() - t0
-            step.calls += 1
-        return {o: env[o] for o in g.outputs}
+        conv = {}
+        for k, v in feeds.items():
+            want = g.type_of(k).dtype
+            a = np.asarray(v)
+            if a.dtype != want:
+                if a.dtype.kind != np.dtype(want).kind and not (a.dtype.kind in "iu" and np.dtype(want).kind in "iu"):
+                    raise ShapeError(f"input '{k}': got dtype {a.dtype}, expected {want}")
+                a = a.astype(want)
+            conv[k] = a
+        return conv, bind_inputs(g, conv)
+
+    def run(self, feeds: dict) -> dict:
+        feeds, sizes = self._bind(feeds)
+        with self._lock:
+            prog = self.program(sizes)
+            env = list(self._env0)
+            slot = self._slot
+            for k, v in feeds.items():
+                env[slot[k]] = v
+            perf = time.perf_counter
+            for step in prog.steps:
+                t0 = perf()
+                if step.kernel is not None:
+                    _, s, view, is_out = step.outs[0]
+                    out = view if view is not None else np.empty(step.out_shape, step.out_dtype)
+                    env[s] = step.kernel([env[i] for i in step.in_slots], out)
+                else:
+                    self._run_reference(prog, step, env)
+                step.seconds += perf() - t0
+                step.calls += 1
+            result = {}
+            for o in self.graph.outputs:
+                v = env[slot[o]]
+                if o in feeds or o in self.graph.constants:
+                    v = np.array(v)
+                result[o] = v
+            return result
+
+    def _run_reference(self, prog: Program, step: Step, env: list) -> None:
+        g, slot, local = self.graph, self._slot, {}
+        for n in step.subgraph.nodes:
+            args = [(local[i] if i in local else env[slot[i]]) if i else None for i in n.inputs]
+            outs, fell = run_node(g, n, args)
+            if fell and n.op not in prog.fallback_nodes:
+                prog.fallback_nodes.append(n.op)
+            for o, v in zip(n.outputs, outs):
+                if o:
+                    local[o] = np.asarray(v)
+        for v, s, view, is_out in step.outs:
+            a = local[v]
+            if view is not None and a.shape == view.shape and a.dtype == view.dtype:
+                np.copyto(view, a)
+                a = view
+            elif view is not None or is_out or a.base is not None:
+                # a view may point into the arena (Reshape of a planned buffer): own the bytes
+                if view is not None:
+                    warnings.warn(f"value '{v}' came out as {a.dtype}{list(a.shape)}, the plan expected "
+                                  f"{view.dtype}{list(view.shape)}: kept outside the memory plan")
+                a = np.array(a)
+            env[s] = a
 
     def coverage(self, sizes: dict | None = None) -> Coverage:
         progs = [self.program(sizes)] if sizes is not None else list(self._programs.values())

@@ -66,6 +66,8 @@ class Plan:
                 d = json.load(f)
         except FileNotFoundError:
             raise PlanError(f"plan file '{path}' does not exist") from None
+        except IsADirectoryError:
+            raise PlanError(f"plan file '{path}' is a directory") from None
         except (OSError, ValueError) as e:
             raise PlanError(f"plan file '{path}' is not valid JSON: {e}") from None
         return cls.from_json(d, str(path))
@@ -76,11 +78,44 @@ class Plan:
             raise PlanError(f"plan '{where}' is not a tensortune plan (missing format '{PLAN_FORMAT}')")
         if d.get("version") != PLAN_VERSION:
             raise PlanError(f"plan '{where}' has version {d.get('version')!r}; this tensortune reads version {PLAN_VERSION}")
-        try:
-            entries = [PlanEntry(**e) for e in d["entries"]]
-            for e in entries:
-                if not (isinstance(e.config, dict) and isinstance(e.dims, dict) and isinstance(e.workload_key, str)):
-                    raise TypeError("config and dims must be objects, workload_key a string")
-            return cls(d["target"], d.get("dims", {}), entries, d.get("model", ""))
-        except (KeyError, TypeError) as e:
-            raise PlanError(f"plan '{where}' has a malformed entry: {e}") from None
+        target = d.get("target")
+        if not isinstance(target, dict) or not isinstance(target.get("key"), str):
+            raise PlanError(f"plan '{where}': 'target' must be an object with a 'key' string")
+        dims = d.get("dims", {})
+        if not isinstance(dims, dict) or not all(_is_range(v) for v in dims.values()):
+            raise PlanError(f"plan '{where}': 'dims' must map each dim to [lo, hi] with 1 <= lo <= hi, got {dims!r}")
+        if not isinstance(d.get("entries"), list):
+            raise PlanError(f"plan '{where}': 'entries' must be a list")
+        entries = []
+        for k, e in enumerate(d["entries"]):
+            try:
+                entry = PlanEntry(**e) if isinstance(e, dict) else None
+                if entry is None:
+                    raise TypeError("an entry must be an object")
+                _check_entry(entry)
+            except TypeError as err:
+                raise PlanError(f"plan '{where}': entry {k} is malformed: {err}") from None
+            entries.append(entry)
+        return cls(target, {n: list(v) for n, v in dims.items()}, entries, str(d.get("model", "")))
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_range(v) -> bool:
+    return isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_int(x) for x in v) and 1 <= v[0] <= v[1]
+
+
+def _check_entry(e: PlanEntry) -> None:
+    for name in ("workload_key", "signature", "template"):
+        if not isinstance(getattr(e, name), str) or not getattr(e, name):
+            raise TypeError(f"'{name}' must be a non-empty string")
+    if not _is_int(e.template_version):
+        raise TypeError("'template_version' must be an integer")
+    if not isinstance(e.config, dict):
+        raise TypeError("'config' must be an object")
+    if not isinstance(e.dims, dict) or not all(_is_int(v) and v >= 1 for v in e.dims.values()):
+        raise TypeError(f"'dims' must map dims to positive integers, got {e.dims!r}")
+    if e.median is not None and not (isinstance(e.median, (int, float)) and e.median >= 0):
+        raise TypeError(f"'median' must be a non-negative number or null, got {e.median!r}")

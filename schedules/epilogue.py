@@ -2,7 +2,10 @@
 
 An extra input of the epilogue (bias, residual, scale) is read through one of
 four index modes over the anchor's output viewed as [M, N]: scalar, row (along
-N), col (along M), full ([M, N]).
+N), col (along M), full ([M, N]); templates with a channel axis (NCHW conv) can
+ask for a fifth, chan (one value per channel, read at the channel index `c`),
+and for `broadcast_full`: any other broadcastable extra is read as full after
+the template broadcasts it to the output shape.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import numpy as np
 from ir.ops import BROADCAST, ELEMWISE, OPS
 from ir.workload import Workload
 
-MODES = ("scalar", "row", "col", "full")
+MODES = ("scalar", "row", "col", "full", "chan")
 
 
 @dataclass(frozen=True)
@@ -26,9 +29,10 @@ class Extra:
     def type(self) -> str:
         return "float32[:, ::1]" if self.mode == "full" else "float32[::1]"
 
-    def load(self, i: str, j: str) -> str:
+    def load(self, i: str, j: str, c: str | None = None) -> str:
         return {"scalar": f"{self.param}[0]", "row": f"{self.param}[{j}]",
-                "col": f"{self.param}[{i}]", "full": f"{self.param}[{i}, {j}]"}[self.mode]
+                "col": f"{self.param}[{i}]", "full": f"{self.param}[{i}, {j}]",
+                "chan": f"{self.param}[{c}]"}[self.mode]
 
     def view(self, a: np.ndarray, m: int, n: int) -> np.ndarray:
         """The array as the kernel reads it (contiguous float32, 1-D or [M, N])."""
@@ -42,19 +46,29 @@ def as_kernel_array(a: np.ndarray) -> np.ndarray:
     return a if a.flags.writeable else a.copy()
 
 
-def index_mode(shape, out_shape) -> str | None:
+def index_mode(shape, out_shape, channel_axis: int | None = None, broadcast_full: bool = False) -> str | None:
     if len(shape) > len(out_shape):
         return None
     s = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
     o = tuple(out_shape)
     if all(d == 1 for d in s):
         return "scalar"
+    if channel_axis is not None:
+        if s[channel_axis] == o[channel_axis] and all(d == 1 for k, d in enumerate(s) if k != channel_axis):
+            return "chan"
+        if s == o:
+            return "full"
+        if broadcast_full and all(d in (1, od) for d, od in zip(s, o)):
+            return "full"
+        return None  # [M, N] row/col views do not apply to a channel layout
     if all(d == 1 for d in s[:-1]) and s[-1] == o[-1]:
         return "row"
     if s == o:
         return "full"
     if s[-1] == 1 and s[:-1] == o[:-1]:
         return "col"
+    if broadcast_full and all(d in (1, od) for d, od in zip(s, o)):
+        return "full"
     return None
 
 
@@ -66,10 +80,11 @@ class Epilogue:
     def params(self):
         return [(e.param, e.type) for e in self.extras]
 
-    def emit(self, value: str, i: str, j: str, tmp: str) -> tuple[list[tuple[str, str]], str]:
-        """Assignments (name, expr) computing the epilogue of `value` at (i, j); returns (assigns, result)."""
+    def emit(self, value: str, i: str, j: str, tmp: str, c: str | None = None) -> tuple[list[tuple[str, str]], str]:
+        """Assignments (name, expr) computing the epilogue of `value` at (i, j) (channel c for
+        chan extras); returns (assigns, result)."""
         from ir.graph import Node
-        loads = {f"i{e.input_index}": e.load(i, j) for e in self.extras}
+        loads = {f"i{e.input_index}": e.load(i, j, c) for e in self.extras}
         assigns, cur = [], value
         for k, (op, args) in enumerate(self.steps):
             node = Node(op["op"], tuple(args), ("_",), dict(op["attrs"]))
@@ -80,8 +95,10 @@ class Epilogue:
         return assigns, cur
 
 
-def parse_epilogue(wl: Workload, anchor_inputs: int, out_shape) -> Epilogue | None:
-    """The epilogue of `wl` (ops after ops[0]), or None if it cannot be fused by index modes."""
+def parse_epilogue(wl: Workload, anchor_inputs: int, out_shape, channel_axis: int | None = None,
+                   broadcast_full: bool = False) -> Epilogue | None:
+    """The epilogue of `wl` (ops after ops[0]), or None if it cannot be fused by index modes.
+    channel_axis / broadcast_full: see `index_mode` (the template must support them)."""
     steps, extras = [], {}
     for k, op in enumerate(wl.ops[1:], start=1):
         d = OPS.get(op["op"])
@@ -96,7 +113,7 @@ def parse_epilogue(wl: Workload, anchor_inputs: int, out_shape) -> Epilogue | No
                 if idx < anchor_inputs and ref not in extras:
                     pass
                 if ref not in extras:
-                    mode = index_mode(wl.inputs[idx]["shape"], out_shape)
+                    mode = index_mode(wl.inputs[idx]["shape"], out_shape, channel_axis, broadcast_full)
                     if mode is None or wl.inputs[idx]["dtype"] != "float32":
                         return None
                     extras[ref] = Extra(idx, mode, f"e{len(extras)}")

@@ -1,0 +1,318 @@
+"""Reductions with a fused elementwise prologue: Softmax, LogSoftmax, LayerNormalization,
+Reduce{Sum,Mean,Max,Min} over contiguous axes, GlobalAverage/MaxPool.
+
+The input is viewed as [rows, L, inner] (L: the reduced extent). With inner == 1
+each row is reduced in passes over L with V partial accumulators (`lanes`: the
+fastmath flags exclude reassociation, so a single accumulator would never
+vectorize); the prologue (e.g. BERT's Add + Add before LayerNormalization) is
+computed once per element and kept in a row buffer (`cache=True`) or recomputed
+in each pass. With inner > 1 (middle axes) the output row is the accumulator and
+the inner loop runs contiguously. Rows per work item and threading are run-time.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ir.graph import Node
+from ir.ops import BROADCAST, ELEMWISE, OPS
+from ir.ops.reduce import _axes
+from ir.workload import Workload
+from schedules.epilogue import as_kernel_array
+from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param
+from schedules.parallel import num_threads, parallel_for
+from schedules.registry import register_template
+from schedules.space import Config, ConfigSpace, Knob
+from schedules.template import Lowered, Template
+
+ROW_OPS = ("Softmax", "LogSoftmax", "LayerNormalization")
+REDUCE_OPS = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min",
+              "GlobalAveragePool": "mean", "GlobalMaxPool": "max"}
+NEG_INF, POS_INF = "np.float32(-np.inf)", "np.float32(np.inf)"
+
+
+def _anchor(wl: Workload):
+    """(index of the reduce op, rows, L, inner) or None."""
+    k = next((i for i, o in enumerate(wl.ops) if o["op"] in ROW_OPS or o["op"] in REDUCE_OPS), None)
+    if k is None or k != len(wl.ops) - 1:
+        return None  # nothing after the reduction is fused here
+    op = wl.ops[k]
+    shape = _x_shape(wl, k)
+    if shape is None or len(shape) == 0:
+        return None
+    rank = len(shape)
+    node = wl.nodes()[k]
+    if op["op"] in ("Softmax", "LogSoftmax"):
+        axis = int(op["attrs"].get("axis", -1 if op["attrs"].get("_opset", 13) >= 13 else 1)) % rank
+        if op["attrs"].get("_opset", 13) >= 13 and axis != rank - 1:
+            return None
+        axes = list(range(axis, rank))
+    elif op["op"] == "LayerNormalization":
+        axes = list(range(int(op["attrs"].get("axis", -1)) % rank, rank))
+    elif op["op"].startswith("Global"):
+        axes = list(range(2, rank))
+    else:
+        if len(op["in"]) > 1:
+            return None  # axes given as an input: values unknown at lowering
+        axes = _axes(node, rank, [None])
+        if not axes or axes != list(range(axes[0], axes[-1] + 1)):
+            return None
+    a0, a1 = axes[0], axes[-1] + 1
+    rows, L, inner = math.prod(shape[:a0]), math.prod(shape[a0:a1]), math.prod(shape[a1:])
+    return k, rows, L, inner
+
+
+def _x_shape(wl: Workload, k: int):
+    """Shape of the reduced value: the broadcast of the prologue's inputs (or the input itself)."""
+    ref = wl.ops[k]["in"][0]
+    if ref.startswith("i"):
+        return tuple(wl.inputs[int(ref[1:])]["shape"])
+    shapes = [tuple(wl.inputs[int(r[1:])]["shape"]) for o in wl.ops[:k] for r in o["in"] if r.startswith("i")]
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        return None
+
+
+def _prologue_ok(wl: Workload, k: int) -> bool:
+    for m, o in enumerate(wl.ops[:k]):
+        d = OPS.get(o["op"])
+        if d is None or d.kind not in (ELEMWISE, BROADCAST) or d.expr is None or o["op"] == "Cast":
+            return False
+        for r in o["in"]:
+            if r.startswith("i") and wl.inputs[int(r[1:])]["dtype"] != "float32":
+                return False
+    if k and wl.ops[k]["in"][0] != f"t{k - 1}":
+        return False
+    return all(wl.inputs[int(r[1:])]["dtype"] == "float32" for r in wl.ops[k]["in"] if r.startswith("i"))
+
+
+def _input_mode(shape, xshape, L: int):
+    """How element (r, c) of x's [rows, L] view reads an input: scalar, full, or 'per'
+    (a trailing-dims input whose size is a multiple of L: row r reads its row r % (size // L))."""
+    size = math.prod(shape)
+    if size == 1:
+        return "scalar"
+    s = (1,) * (len(xshape) - len(shape)) + tuple(shape)
+    if s == tuple(xshape):
+        return "full"
+    q = next(q for q in range(len(s) + 1) if all(d == 1 for d in s[:q]) and (q == len(s) or s[q] != 1))
+    if s[q:] == tuple(xshape[q:]) and size % L == 0:
+        return "per"
+    return "full"  # materialized by broadcasting at launch
+
+
+class ReduceTemplate(Template):
+    name = "reduce"
+    version = 1
+
+    def matches(self, wl: Workload) -> bool:
+        a = _anchor(wl)
+        if a is None or wl.output_dtype != "float32" or not _prologue_ok(wl, a[0]):
+            return False
+        if a[3] > 1 and (a[0] > 0 or wl.ops[a[0]]["op"] in ROW_OPS):
+            return False
+        return True
+
+    def space(self, wl: Workload) -> ConfigSpace:
+        return ConfigSpace([
+            Knob("lanes", (1, 4, 8, 16)),
+            Knob("cache", (True, False)),
+            Knob("parallel", (True, False), code_shape=False),
+            Knob("RB", (1, 4, 16, 64), code_shape=False),
+        ])
+
+    def default_config(self, wl: Workload) -> Config:
+        return self.space(wl).validate({"lanes": 8, "cache": True, "parallel": True, "RB": 4})
+
+    def lower(self, wl: Workload, cfg: Config) -> Lowered:
+        k, rows, L, inner = _anchor(wl)
+        op = wl.ops[k]
+        xshape = _x_shape(wl, k)
+        refs = sorted({r for o in wl.ops[:k] for r in o["in"] if r.startswith("i")} |
+                      ({op["in"][0]} if k == 0 else set()), key=lambda r: int(r[1:]))
+        modes = {r: _input_mode(wl.inputs[int(r[1:])]["shape"], xshape, L) for r in refs}
+        params = {r: f"x{r[1:]}" for r in refs}
+        lanes, cache = cfg["lanes"], cfg["cache"]
+        kind = op["op"] if op["op"] in ROW_OPS else REDUCE_OPS[op["op"]]
+        if inner > 1:
+            fn = _middle(params[refs[0]], kind)
+        else:
+            fn = _rows(wl, k, refs, modes, params, kind, lanes, cache)
+        module = LoopModule((fn,), doc=f"reduce kernel: {'+'.join(o['op'] for o in wl.ops)} lanes={lanes} cache={cache}",
+                            meta={"template": f"reduce v{self.version}"})
+        threads = num_threads() if cfg["parallel"] else 1
+        RB = cfg["RB"]
+        ln = op["op"] == "LayerNormalization"
+        eps = float(op["attrs"].get("epsilon", 1e-5))
+
+        def affine(arrays, idx, default):
+            if len(op["in"]) <= idx:
+                return np.full(L, default, np.float32)
+            a = np.asarray(arrays[int(op["in"][idx][1:])], np.float32)
+            return as_kernel_array(np.broadcast_to(a, _norm_shape(xshape, L))).reshape(-1)
+
+        def prepare(funcs, arrays):
+            state = {}
+            if ln and all(wl.inputs[int(r[1:])]["const"] for r in op["in"][1:]):
+                state["ln"] = (affine(arrays, 1, 1.0), affine(arrays, 2, 0.0))
+            return state
+
+        def launch(funcs, state, arrays, out):
+            xs = []
+            for r in refs:
+                a = arrays[int(r[1:])]
+                if modes[r] == "full" and tuple(a.shape) != tuple(xshape):
+                    a = np.broadcast_to(a, xshape)
+                xs.append(as_kernel_array(a).reshape(-1))
+            per = [xs[i].size // L if xs[i].size % L == 0 else 0 for i in range(len(refs))]
+            args = tuple(xs)
+            if ln:
+                sc, bi = state["ln"] if "ln" in state else (affine(arrays, 1, 1.0), affine(arrays, 2, 0.0))
+                args += (sc, bi)
+            flat = out.reshape(-1)
+            if inner > 1:
+                parallel_for(funcs["reduce"], args + (flat, rows, L, inner, RB), threads)
+            else:
+                parallel_for(funcs["reduce"], args + (flat, rows, L, np.asarray(per, np.int64), eps, RB), threads)
+
+        return Lowered(module, prepare, launch)
+
+
+def _norm_shape(xshape, L):
+    """LayerNormalization's scale/bias are broadcast over the normalized (trailing) dims."""
+    tail, size = [], 1
+    for d in reversed(xshape):
+        if size >= L:
+            break
+        tail.insert(0, d)
+        size *= d
+    return tuple(tail)
+
+
+def _load(ref, modes, params, slot):
+    p, m = params[ref], modes[ref]
+    if m == "scalar":
+        return f"{p}[0]"
+    if m == "full":
+        return f"{p}[base + c]"
+    return f"{p}[pb{slot} + c]"   # periodic: pb = (r % (size // L)) * L, or c % size when size < L
+
+
+def _rows(wl, k, refs, modes, params, kind, lanes, cache) -> Function:
+    """One function; per row: (prologue + reductions) passes, then the store pass."""
+    slots = {r: i for i, r in enumerate(refs)}
+    loads = {r: _load(r, modes, params, slots[r]) for r in refs}
+
+    def value(u: int) -> tuple:
+        """Statements computing the prologue value v{u} at column c{u}."""
+        sub = lambda s: s.replace("+ c]", f"+ c{u}]")  # noqa: E731
+        if k == 0:
+            return (Assign(f"v{u}", sub(loads[refs[0]])),)
+        stmts, env = [], {}
+        for m, o in enumerate(wl.ops[:k]):
+            node = Node(o["op"], tuple(o["in"]), ("_",), dict(o["attrs"]))
+            args = [env[r] if r.startswith("t") else sub(loads[r]) for r in o["in"]]
+            name = f"p{m}_{u}"
+            stmts.append(Assign(name, OPS[o["op"]].expr(node, args)))
+            env[f"t{m}"] = name
+        stmts.append(Assign(f"v{u}", f"np.float32({env[f't{k - 1}']})"))
+        return tuple(stmts)
+
+    def read(u: int) -> tuple:
+        return (Assign(f"v{u}", f"buf[c{u}]"),) if cache else value(u)
+
+    def lane_pass(elem, first: bool) -> tuple:
+        """elem(u) -> statements for lane u at column c{u}; lanes unrolled, then a tail."""
+        main = For("c0", "0", "nv", step=str(lanes), body=tuple(
+            s for u in range(lanes) for s in (Assign(f"c{u}", f"c0 + {u}"),) + (value(u) if first else read(u)) + elem(u)))
+        tail = For("c0", "nv", "L", (value(0) if first else read(0)) + elem(0)) if lanes > 1 else None
+        return (main,) + ((tail,) if tail else ())
+
+    def keep(u):
+        return (Assign(f"buf[c{u}]", f"v{u}"),) if cache else ()
+
+    def init(val):
+        return tuple(Assign(f"s{u}", val) for u in range(lanes))
+
+    def combine(fn):
+        expr = "s0"
+        for u in range(1, lanes):
+            expr = f"{fn}({expr}, s{u})" if fn else f"{expr} + s{u}"
+        return f"({expr})"
+
+    F0 = "np.float32(0.0)"
+    body = []
+    if kind in ("Softmax", "LogSoftmax", "max"):
+        body += [*init(NEG_INF), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"max(s{u}, v{u})"),), True),
+                 Assign("m", combine("max"))]
+    elif kind == "min":
+        body += [*init(POS_INF), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"min(s{u}, v{u})"),), True),
+                 Assign("m", combine("min"))]
+    else:  # sum, mean, LayerNormalization: a sum first
+        body += [*init(F0), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"v{u}", "+"),), True),
+                 Assign("m", combine(""))]
+    if kind in ("Softmax", "LogSoftmax"):
+        body += [*init(F0), *lane_pass(lambda u: (Assign(f"s{u}", f"np.float32(math.exp(v{u} - m))", "+"),), False),
+                 Assign("s", combine(""))]
+        if kind == "Softmax":
+            body += [Assign("inv", "np.float32(1.0) / s"),
+                     For("c0", "0", "L", read(0) + (Assign("out[base + c0]", "np.float32(math.exp(v0 - m)) * inv"),))]
+        else:
+            body += [Assign("ls", "m + np.float32(math.log(s))"),
+                     For("c0", "0", "L", read(0) + (Assign("out[base + c0]", "v0 - ls"),))]
+    elif kind == "LayerNormalization":
+        body += [Assign("mean", "m / np.float32(L)"), *init(F0),
+                 *lane_pass(lambda u: (Assign(f"d{u}", f"v{u} - mean"), Assign(f"s{u}", f"d{u} * d{u}", "+")), False),
+                 Assign("var", f"({combine('')}) / np.float32(L)"),
+                 Assign("inv", "np.float32(1.0) / np.float32(math.sqrt(var + eps))"),
+                 For("c0", "0", "L", read(0) + (Assign("out[base + c0]", "(v0 - mean) * inv * scale[c0] + shift[c0]"),))]
+    elif kind == "mean":
+        body += [Assign("out[r]", "m / np.float32(L)")]
+    else:
+        body += [Assign("out[r]", "m")]
+    per_row = tuple(Assign(f"pb{slots[r]}", f"(r % per[{slots[r]}]) * L")
+                    for r in refs if modes[r] == "per")
+    loop = (
+        Assign("nv", f"(L // {lanes}) * {lanes}"),
+    ) + ((Alloc("buf", ("L",)),) if cache else ()) + (
+        For("blk", "t", "(rows + RB - 1) // RB", step="T", body=(
+            For("r", "blk * RB", "min(rows, blk * RB + RB)",
+                (Assign("base", "r * L"),) + per_row + tuple(body)),
+        )),
+    )
+    params = tuple(Param(params[r], "float32[::1]") for r in refs)
+    if kind == "LayerNormalization":
+        params += (Param("scale", "float32[::1]"), Param("shift", "float32[::1]"))
+    params += (Param("out", "float32[::1]"), Param("rows", "int64"), Param("L", "int64"),
+               Param("per", "int64[::1]"), Param("eps", "float64"), Param("RB", "int64"),
+               Param("t", "int64"), Param("T", "int64"))
+    return Function("reduce", params, loop)
+
+
+def _middle(x: str, kind: str) -> Function:
+    """Reduce the middle axis of [rows, L, inner]: out[r, i] accumulates contiguous x rows."""
+    init = {"sum": "np.float32(0.0)", "mean": "np.float32(0.0)", "max": NEG_INF, "min": POS_INF}[kind]
+    upd = {"sum": "o + v", "mean": "o + v", "max": "max(o, v)", "min": "min(o, v)"}[kind]
+    body = (
+        For("blk", "t", "(rows + RB - 1) // RB", step="T", body=(
+            For("r", "blk * RB", "min(rows, blk * RB + RB)", (
+                For("i", "0", "inner", (Assign("out[r * inner + i]", init),)),
+                For("l", "0", "L", (
+                    Assign("src", "(r * L + l) * inner"),
+                    For("i", "0", "inner", (
+                        Assign("o", "out[r * inner + i]"), Assign("v", f"{x}[src + i]"),
+                        Assign("out[r * inner + i]", upd),
+                    )),
+                )),
+            ) + ((For("i", "0", "inner", (Assign("out[r * inner + i]", "np.float32(1.0) / np.float32(L)", "*"),)),)
+                 if kind == "mean" else ())),
+        )),
+    )
+    params = (Param(x, "float32[::1]"), Param("out", "float32[::1]")) + tuple(
+        Param(n, "int64") for n in ("rows", "L", "inner", "RB", "t", "T"))
+    return Function("reduce", params, (Comment("output rows are the accumulators; the inner loop is contiguous"),) + body)
+
+
+register_template(ReduceTemplate())

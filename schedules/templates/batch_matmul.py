@@ -1,0 +1,130 @@
+"""Batched MatMul of two activations: C[b..., M, N] = A[b..., M, K] @ B[b..., K, N]
+(NumPy broadcasting of the batch dims, e.g. attention scores [b,h,s,d] @ [b,h,d,s]),
+with a fused elementwise epilogue (scale, mask add...).
+
+Like dense, full MR x NR tiles run a register tile of scalar locals (SLP-vectorized
+along N, where B rows are contiguous); neither operand is constant, so nothing is
+packed: A is read in place, B rows directly. Remainder rows and columns run a
+scalar loop (guarded tail). Batch-broadcast index maps are computed at launch.
+Knobs: `regtile` (code); row tiles per work item `MB` and threading (run-time).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ir.workload import Workload
+from schedules.epilogue import Epilogue, as_kernel_array, parse_epilogue
+from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param
+from schedules.parallel import num_threads, parallel_for
+from schedules.registry import register_template
+from schedules.space import Config, ConfigSpace, Knob
+from schedules.template import Lowered, Template
+
+REG_TILES = ("2x16", "4x16", "4x32", "8x16")
+F0 = "np.float32(0.0)"
+
+
+def _epilogue(wl: Workload) -> Epilogue | None:
+    return parse_epilogue(wl, 2, wl.output_shape, broadcast_full=True)
+
+
+class BatchMatmulTemplate(Template):
+    name = "batch_matmul"
+    version = 1
+
+    def matches(self, wl: Workload) -> bool:
+        if not wl.ops or wl.ops[0]["op"] != "MatMul" or wl.ops[0]["in"] != ["i0", "i1"]:
+            return False
+        a, b = wl.inputs[0], wl.inputs[1]
+        if a["dtype"] != "float32" or b["dtype"] != "float32" or wl.output_dtype != "float32":
+            return False
+        if len(a["shape"]) < 2 or len(b["shape"]) < 2 or len(wl.output_shape) < 2:
+            return False
+        return _epilogue(wl) is not None
+
+    def space(self, wl: Workload) -> ConfigSpace:
+        return ConfigSpace([
+            Knob("regtile", REG_TILES),
+            Knob("parallel", (True, False), code_shape=False),
+            Knob("MB", (1, 2, 4, 8, 16), code_shape=False),
+        ])
+
+    def default_config(self, wl: Workload) -> Config:
+        return self.space(wl).validate({"regtile": "4x16", "parallel": True, "MB": 4})
+
+    def lower(self, wl: Workload, cfg: Config) -> Lowered:
+        epi = _epilogue(wl)
+        mr, nr = (int(v) for v in cfg["regtile"].split("x"))
+        module = LoopModule((_kernel(mr, nr, epi),), doc=f"batch_matmul kernel: regtile={mr}x{nr}, "
+                            f"epilogue {[st[0]['op'] for st in epi.steps]}", meta={"template": f"batch_matmul v{self.version}"})
+        threads = num_threads() if cfg["parallel"] else 1
+        MB = cfg["MB"]
+
+        def launch(funcs, state, arrays, out):
+            A, B = as_kernel_array(arrays[0]), as_kernel_array(arrays[1])
+            M, K = A.shape[-2:]
+            N = B.shape[-1]
+            batch = out.shape[:-2]
+            nb = int(np.prod(batch)) if batch else 1
+            ia = np.broadcast_to(np.arange(int(np.prod(A.shape[:-2]))).reshape(A.shape[:-2]), batch).reshape(-1)
+            ib = np.broadcast_to(np.arange(int(np.prod(B.shape[:-2]))).reshape(B.shape[:-2]), batch).reshape(-1)
+            extras = []
+            for e in epi.extras:
+                x = arrays[e.input_index]
+                if e.mode == "full":
+                    x = np.broadcast_to(x, out.shape)
+                extras.append(e.view(x, nb * M, N))
+            parallel_for(funcs["bmm"], (A.reshape(-1, M, K), B.reshape(-1, K, N), np.array(ia, np.int64),
+                                        np.array(ib, np.int64), *extras, out.reshape(nb * M, N),
+                                        nb, M, N, K, MB), threads)
+
+        return Lowered(module, lambda funcs, arrays: None, launch)
+
+
+def _store(epi: Epilogue, value: str) -> tuple:
+    assigns, result = epi.emit("v", "row", "j", "e")
+    return (Assign("v", value), Assign("row", "bt * M + i")) + tuple(Assign(n, e) for n, e in assigns) \
+        + (Assign("out[row, j]", result),)
+
+
+def _kernel(mr: int, nr: int, epi: Epilogue) -> Function:
+    acc = [[f"c{r}_{q}" for q in range(nr)] for r in range(mr)]
+    k_body = tuple(Assign(f"a{r}", f"Ab[i0 + {r}, k]") for r in range(mr)) \
+        + tuple(Assign(f"b{q}", f"Bb[k, j0 + {q}]") for q in range(nr)) \
+        + tuple(Assign(acc[r][q], f"a{r} * b{q}", "+") for r in range(mr) for q in range(nr))
+    tile = (
+        Assign("j0", f"jt * {nr}"),
+        *(Assign(acc[r][q], F0) for r in range(mr) for q in range(nr)),
+        For("k", "0", "K", k_body),
+        *(Assign(f"ct[{r}, {q}]", acc[r][q]) for r in range(mr) for q in range(nr)),
+        For("r", "0", str(mr), (Assign("i", "i0 + r"), For("q", "0", str(nr), (Assign("j", "j0 + q"),) + _store(epi, "ct[r, q]")))),
+    )
+    scalar = (
+        Assign("s", F0),
+        For("k", "0", "K", (Assign("s", "Ab[i, k] * Bb[k, j]", "+"),)),
+    ) + _store(epi, "s")
+    body = (
+        Assign("n_it", f"(M + {mr - 1}) // {mr}"), Assign("n_ib", "(n_it + MB - 1) // MB"),
+        Assign("n_full_j", f"N // {nr}"),
+        Alloc("ct", (str(mr), str(nr))),
+        For("item", "t", "nb * n_ib", step="T", body=(
+            Assign("bt", "item // n_ib"), Assign("blk", "item % n_ib"),
+            Assign("Ab", "A[ia[bt]]"), Assign("Bb", "B[ib[bt]]"),
+            For("it", "blk * MB", "min(n_it, blk * MB + MB)", (
+                Assign("i0", f"it * {mr}"),
+                If(f"i0 + {mr} <= M", (
+                    For("jt", "0", "n_full_j", tile),
+                    For("i", "i0", f"i0 + {mr}", (For("j", f"n_full_j * {nr}", "N", scalar),)),
+                ), (
+                    For("i", "i0", "M", (For("j", "0", "N", scalar),)),
+                )),
+            )),
+        )),
+    )
+    params = (Param("A", "float32[:, :, ::1]"), Param("B", "float32[:, :, ::1]"),
+              Param("ia", "int64[::1]"), Param("ib", "int64[::1]")) + tuple(Param(n, t) for n, t in epi.params()) \
+        + (Param("out", "float32[:, ::1]"),) + tuple(Param(n, "int64") for n in ("nb", "M", "N", "K", "MB", "t", "T"))
+    return Function("bmm", params, body)
+
+
+register_template(BatchMatmulTemplate())

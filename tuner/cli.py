@@ -16,12 +16,30 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--db", default=None, help="SQLAlchemy URL (default $TENSORTUNE_DB or sqlite:///tuning.db)")
     p.add_argument("--dim", action="append", metavar="NAME=LO:HI", help="declare a dynamic dim's range")
     p.add_argument("--shape", action="append", metavar="NAME=V1,V2", help="dim sizes to tune for (default 32)")
-    p.add_argument("--strategy", default="random", help="search strategy (default random)")
+    p.add_argument("--strategy", default="random",
+                   help="search strategy: random, grid, ga (genetic), xgb (cost-model guided); default random")
+    p.add_argument("--cost-model", default="xgb",
+                   help="model of --strategy xgb: xgb (rank:pairwise), xgb-reg (squared error), random")
+    p.add_argument("--no-transfer", action="store_true",
+                   help="do not warm-start the cost model from records of other shapes of the same template")
+    p.add_argument("--scheduler", default="gradient",
+                   help="how trials are split across tasks: gradient (cut the model latency fastest), round-robin")
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="stop starting new batches after this many seconds")
     p.add_argument("--batch-size", type=int, default=8, help="candidates per measurement batch")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="makes the proposal sequence reproducible")
     p.add_argument("--early-stopping", type=int, default=None, metavar="N",
                    help="stop a task after N trials without improvement")
-    p.add_argument("--no-resume", action="store_true", help="re-measure configs the database already holds")
+    p.add_argument("--resume", dest="resume", action="store_true", default=True,
+                   help="skip configs the database already holds for this target (default)")
+    p.add_argument("--no-resume", dest="resume", action="store_false",
+                   help="re-measure configs the database already holds")
+    p.add_argument("--number", type=int, default=None, help="calls per timing repeat (default: fill --min-repeat-ms)")
+    p.add_argument("--repeat", type=int, default=5, help="timing repeats; the median is kept (default 5)")
+    p.add_argument("--min-repeat-ms", type=float, default=20.0, help="minimum length of one repeat (default 20)")
+    p.add_argument("--flush-cache", action="store_true", help="evict the CPU caches before every timing repeat")
+    p.add_argument("--measure-runs", type=int, default=10, metavar="N",
+                   help="after tuning, time the whole model N times with its tuned kernels (0: skip)")
     p.add_argument("--plan", default=None, metavar="FILE", help="also write the deploy plan (JSON) here")
     p.add_argument("--log-file", default=None, help="machine-readable progress (JSON lines)")
     p.add_argument("--build-timeout", type=float, default=120.0)
@@ -88,22 +106,46 @@ def _run(args) -> int:
         return 0
     if args.trials <= 0:
         raise TensortuneError(f"--trials must be a positive number, got {args.trials}")
-    if args.batch_size <= 0:
-        raise TensortuneError(f"--batch-size must be a positive number, got {args.batch_size}")
+    for flag, v in (("--batch-size", args.batch_size), ("--repeat", args.repeat), ("--number", args.number),
+                    ("--early-stopping", args.early_stopping), ("--time-budget", args.time_budget)):
+        if v is not None and v <= 0:
+            raise TensortuneError(f"{flag} must be a positive number, got {v}")
+    from tuner.search import STRATEGIES
+    if args.strategy not in STRATEGIES:  # validate names before any work
+        raise TensortuneError(f"unknown --strategy '{args.strategy}' (choose from: {', '.join(sorted(STRATEGIES))})")
+    from tuner.cost_model import COST_MODELS
+    if args.cost_model not in COST_MODELS:
+        raise TensortuneError(f"unknown --cost-model '{args.cost_model}' (choose from: {', '.join(COST_MODELS)})")
+    from tuner.scheduler import SCHEDULERS
+    if args.scheduler not in SCHEDULERS:
+        raise TensortuneError(f"unknown --scheduler '{args.scheduler}' (choose from: {', '.join(SCHEDULERS)})")
     from ir import load_onnx
     load_onnx(args.model)  # fail on a bad model before opening anything else
     from database import Database
-    from tuner.tune import TuneOptions, summary_table, tune_model
+    from tuner.tune import TuneOptions, _ms, estimated_latency, measure_model_latency, summary_table, tune_model
     db = Database(args.db)
     opts = TuneOptions(trials=args.trials, strategy=args.strategy, batch_size=args.batch_size, seed=args.seed,
-                       early_stopping=args.early_stopping, resume=not args.no_resume,
+                       early_stopping=args.early_stopping, resume=args.resume,
                        progress=not args.no_progress, log_file=args.log_file,
-                       build_timeout=args.build_timeout, run_timeout=args.run_timeout)
-    from tuner.search import make_strategy  # validate the name before any work
-    from schedules.space import ConfigSpace
-    make_strategy(args.strategy, ConfigSpace([]))
+                       build_timeout=args.build_timeout, run_timeout=args.run_timeout, number=args.number,
+                       repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, flush_cache=args.flush_cache,
+                       scheduler=args.scheduler, time_budget=args.time_budget, cost_model=args.cost_model,
+                       transfer=not args.no_transfer)
     graph, points, reports, uncovered = tune_model(args.model, db, opts, dims, shapes)
     print(summary_table(reports))
+    if getattr(reports, "stopped", "") and reports.stopped != "trials":
+        print(f"stopped: {reports.stopped}")
+    est = estimated_latency(reports)
+    if args.measure_runs > 0 and reports:
+        measured = measure_model_latency(args.model, db, dims, points[0], runs=args.measure_runs)
+        print(f"end-to-end at {points[0] or 'static shape'}: estimated {_ms(est)} (tuned kernels only), "
+              f"measured {_ms(measured)} (whole model, median of {args.measure_runs} runs)")
+        if args.log_file:
+            import json
+            import time
+            with open(args.log_file, "a") as f:
+                f.write(json.dumps({"time": time.time(), "event": "model_latency", "estimated": est,
+                                    "measured": measured, "sizes": points[0]}) + "\n")
     if uncovered:
         print(f"{len(uncovered)} subgraph(s) have no template and run on the reference path: "
               + ", ".join(sorted({str(sg) for sg in uncovered})))

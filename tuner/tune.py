@@ -16,25 +16,32 @@ from database import Database, Record
 from ir import import_onnx, simplify
 from ir.errors import TensortuneError
 from ir.shapes import DimRange
-from tuner.measure import Builder, LocalBuilder, LocalRunner, MeasureInput, MeasureResult, Runner, measure
+from tuner.measure import Builder, LocalBuilder, LocalRunner, MeasureInput, MeasureResult, Runner
 from tuner.search import make_strategy
 from tuner.task import Task, extract_tasks, shape_points
 
 
 @dataclass
 class TuneOptions:
-    trials: int = 64
-    strategy: str = "random"
+    trials: int = 64                     # measurements for all tasks together
+    strategy: str = "random"             # random | grid | ga | xgb
     batch_size: int = 8
-    seed: int = 0
-    early_stopping: int | None = None   # stop a task after this many trials without improvement
+    seed: int = 0                        # same seed, same database content -> same proposals
+    early_stopping: int | None = None    # stop a task after this many trials without improvement
     resume: bool = True                  # skip configs the database already holds for this target
     progress: bool = True
     log_file: str | None = None
     build_timeout: float = 120.0
     run_timeout: float = 30.0
+    number: int | None = None            # calls per repeat (None: grow until min_repeat_ms)
     repeat: int = 5
     min_repeat_ms: float = 20.0
+    flush_cache: bool = False            # evict caches (touch a large buffer) before each repeat
+    scheduler: str = "gradient"          # gradient | round-robin
+    time_budget: float | None = None     # seconds; stop starting new batches after this
+    cost_model: str = "xgb"              # for model-guided strategies: xgb | xgb-reg | random
+    transfer: bool = True                # warm-start the cost model from other shapes of the template
+    max_prior: int = 4000                # transfer-learning rows at most
 
 
 @dataclass
@@ -57,6 +64,33 @@ class TaskReport:
         return self.default / self.best if self.best and self.default else None
 
 
+@dataclass
+class Timing:
+    """Where the tuning time went (seconds of wall clock in the tuning process)."""
+    candidates: int = 0
+    build_s: float = 0.0      # builder wall time (compiles in parallel workers)
+    run_s: float = 0.0        # runner wall time (checks and timing, exclusive)
+    model_s: float = 0.0      # proposing and learning (cost-model fits, search)
+    db_s: float = 0.0
+    wall_s: float = 0.0
+    compiles: int = 0         # builds that really compiled (not a kernel-cache hit)
+
+    @property
+    def per_minute(self) -> float:
+        return 60.0 * self.candidates / self.wall_s if self.wall_s else 0.0
+
+    def to_json(self) -> dict:
+        return {"candidates": self.candidates, "build_s": round(self.build_s, 3), "run_s": round(self.run_s, 3),
+                "model_s": round(self.model_s, 3), "db_s": round(self.db_s, 3), "wall_s": round(self.wall_s, 3),
+                "compiles": self.compiles, "per_minute": round(self.per_minute, 1)}
+
+
+class TuneReports(list):
+    """The per-task reports (a list), plus `timing` and `stopped` (why tuning ended)."""
+    timing: Timing
+    stopped: str = ""
+
+
 def to_record(r: MeasureResult, target: Target, strategy: str, template_version: int) -> Record:
     wl = r.input.workload
     return Record(workload=wl.to_json(), workload_key=wl.key, signature=wl.signature, family=wl.family,
@@ -71,7 +105,7 @@ class _Log:
 
     def write(self, **event) -> None:
         if self.f:
-            self.f.write(json.dumps({"time": time.time(), **event}) + "\n")
+            self.f.write(json.dumps({"time": time.time(), **event}, default=str) + "\n")
             self.f.flush()
 
     def close(self):
@@ -79,60 +113,143 @@ class _Log:
             self.f.close()
 
 
+def _history(db: Database, t: Task, target: Target, space) -> list:
+    """(config, median or None) of this workload's stored records that fit its space."""
+    out = []
+    for rec in db.records(workload_key=t.workload.key, target_key=target.key):
+        try:
+            out.append((space.validate(rec.config), rec.median if rec.status == "ok" else None))
+        except Exception:  # a config of an older template version: not comparable
+            continue
+    return out
+
+
+def _prior(db: Database, t: Task, target: Target, limit: int) -> list:
+    """Transfer-learning rows: (features, median or None, workload key) of the same template
+    on other workloads, for this target."""
+    from ir.workload import Workload
+    from tuner.cost_model import Featurizer
+    recs = [r for r in db.records(template=t.template.name, target_key=target.key)
+            if r.workload_key != t.workload.key and r.template_version == t.template.version][-limit:]
+    feats: dict[str, Featurizer] = {}
+    rows = []
+    for r in recs:
+        try:
+            if r.workload_key not in feats:
+                wl = Workload.from_json(r.workload)
+                feats[r.workload_key] = Featurizer(t.template, wl, t.template.space(wl))
+            f = feats[r.workload_key]
+            rows.append((f.row(f.space.validate(r.config)), r.median if r.status == "ok" else None, r.workload_key))
+        except Exception:  # a workload or config this template version cannot read
+            continue
+    return rows
+
+
+def make_task_strategy(t: Task, db: Database, opts: TuneOptions, target: Target, known: dict):
+    """The search strategy of one task, fed with what the database knows."""
+    from tuner.search import MODEL_GUIDED
+    space = t.template.space(t.workload)
+    kw = {}
+    if opts.strategy in MODEL_GUIDED:
+        from tuner.cost_model import Featurizer
+        kw = {"featurizer": Featurizer(t.template, t.workload, space), "cost_model": opts.cost_model,
+              "prior": _prior(db, t, target, opts.max_prior) if opts.transfer else None}
+    history = _history(db, t, target, space) if opts.resume else None
+    return make_strategy(opts.strategy, space, seed=opts.seed, measured=set(known), history=history, **kw)
+
+
 def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Target | None = None,
-               builder: Builder | None = None, runner: Runner | None = None) -> list[TaskReport]:
-    """Spend `opts.trials` measurements over `tasks`, round-robin in batches."""
+               builder: Builder | None = None, runner: Runner | None = None) -> TuneReports:
+    """Spend `opts.trials` measurements (or `opts.time_budget` seconds) over `tasks`, one
+    batch at a time, the task scheduler choosing which task gets the next batch."""
+    from tuner.scheduler import make_scheduler
+    t_start = time.perf_counter()
     target = target or host_target()
-    own = builder is None
+    own_builder, own_runner = builder is None, runner is None
     builder = builder or LocalBuilder(timeout=opts.build_timeout)
-    runner = runner or LocalRunner(timeout=opts.run_timeout, repeat=opts.repeat, min_repeat_ms=opts.min_repeat_ms)
-    reports = [TaskReport(t) for t in tasks]
-    strategies = {}
-    for rep in reports:
-        t = rep.task
-        space = t.template.space(t.workload)
-        known = db.measured(t.workload.key, target.key) if opts.resume else {}
-        strategies[t.workload.key] = make_strategy(opts.strategy, space, seed=opts.seed, measured=set(known))
-        oks = [m for m in known.values() if m is not None]
-        rep.best = min(oks) if oks else None
-        rep.default = known.get(t.template.default_config(t.workload).hash)
-        if opts.resume and rep.best is not None:
-            best = db.best(t.workload.key, target.key, 1)
-            rep.best_config = best[0].config if best else None
+    runner = runner or LocalRunner(timeout=opts.run_timeout, repeat=opts.repeat, min_repeat_ms=opts.min_repeat_ms,
+                                   number=opts.number, flush_cache=opts.flush_cache)
+    reports = TuneReports(TaskReport(t) for t in tasks)
+    timing = reports.timing = Timing()
+    scheduler = make_scheduler(opts.scheduler, tasks, seed=opts.seed)
+    strategies = []
     log = _Log(opts.log_file)
-    bar = _progress(opts)
-    spent, active = 0, list(reports)
+    bar = None
     try:
-        while spent < opts.trials and active:
-            for rep in list(active):
-                if spent >= opts.trials:
-                    break
-                n = min(opts.batch_size, opts.trials - spent)
-                configs = _next_configs(rep, strategies[rep.task.workload.key], n)
-                if not configs:
-                    active.remove(rep)
-                    continue
-                inputs = [MeasureInput(rep.task.workload, rep.task.template.name, c) for c in configs]
-                results = measure(builder, runner, inputs)
-                for r in results:
-                    db.add(to_record(r, target, opts.strategy, rep.task.template.version))
-                    _account(rep, r, default=r.input.config == rep.task.template.default_config(rep.task.workload))
-                    log.write(event="measure", task=rep.task.name, workload=rep.task.workload.key,
-                              config=r.input.config.to_json(), status=r.status, median=r.median,
-                              error=r.error[:200], best=rep.best)
-                strategies[rep.task.workload.key].update(results)
-                spent += len(results)
-                if bar is not None:
-                    bar.update(len(results))
-                    bar.set_postfix_str(_status_line(reports, rep))
-                if opts.early_stopping and rep.since_best >= opts.early_stopping:
-                    active.remove(rep)
+        for i, rep in enumerate(reports):
+            t = rep.task
+            t0 = time.perf_counter()
+            known = db.measured(t.workload.key, target.key) if opts.resume else {}
+            strategies.append(make_task_strategy(t, db, opts, target, known))
+            timing.model_s += time.perf_counter() - t0
+            oks = [m for m in known.values() if m is not None]
+            rep.best = min(oks) if oks else None
+            rep.default = known.get(t.template.default_config(t.workload).hash)
+            if rep.best is not None:
+                best = db.best(t.workload.key, target.key, 1)
+                rep.best_config = best[0].config if best else None
+            scheduler.set_best(i, rep.best)
+        log.write(event="start", tasks=[r.task.name for r in reports], options=vars(opts), target=target.key)
+        bar = _progress(opts)
+        spent, reports.stopped = 0, "trials"
+        while spent < opts.trials:
+            if opts.time_budget is not None and time.perf_counter() - t_start >= opts.time_budget:
+                reports.stopped = "time budget"
+                break
+            i = scheduler.next_task()
+            if i is None:
+                reports.stopped = "every task finished (exhausted or stopped early)"
+                break
+            rep, strategy = reports[i], strategies[i]
+            n = min(opts.batch_size, opts.trials - spent)
+            t0 = time.perf_counter()
+            configs = _next_configs(rep, strategy, n)
+            timing.model_s += time.perf_counter() - t0
+            if not configs:
+                scheduler.retire(i)
+                continue
+            inputs = [MeasureInput(rep.task.workload, rep.task.template.name, c) for c in configs]
+            t0 = time.perf_counter()
+            builds = builder.build(inputs)
+            t1 = time.perf_counter()
+            results = runner.run(inputs, builds)
+            t2 = time.perf_counter()
+            timing.build_s += t1 - t0
+            timing.run_s += t2 - t1
+            timing.compiles += sum(1 for b in builds if b.compile_s > 0.05)
+            db.add_many([to_record(r, target, opts.strategy, rep.task.template.version) for r in results])
+            timing.db_s += time.perf_counter() - t2
+            for r in results:
+                _account(rep, r, default=r.input.config == rep.task.template.default_config(rep.task.workload))
+                log.write(event="measure", task=rep.task.name, workload=rep.task.workload.key,
+                          config=r.input.config.to_json(), status=r.status, median=r.median, spread=r.spread,
+                          compile_s=r.compile_s, error=r.error[:200], best=rep.best)
+            t0 = time.perf_counter()
+            strategy.update(results)
+            timing.model_s += time.perf_counter() - t0
+            scheduler.update(i, len(results), rep.best)
+            spent += len(results)
+            timing.candidates += len(results)
+            if opts.early_stopping and rep.since_best >= opts.early_stopping:
+                scheduler.retire(i)
+                log.write(event="early_stop", task=rep.task.name, trials=rep.trials)
+            log.write(event="round", task=rep.task.name, trials=rep.trials, best=rep.best,
+                      estimated_latency=estimated_latency(reports))
+            if bar is not None:
+                bar.update(len(results))
+                bar.set_postfix_str(_status_line(reports, rep, i))
     finally:
+        timing.wall_s = time.perf_counter() - t_start
         if bar is not None:
             bar.close()
+        log.write(event="end", stopped=getattr(reports, "stopped", ""), timing=timing.to_json(),
+                  estimated_latency=estimated_latency(reports),
+                  tasks=[{"task": r.task.name, "trials": r.trials, "best": r.best, "config": r.best_config}
+                         for r in reports])
         log.close()
-        if own:
+        if own_builder:
             builder.close()
+        if own_runner:
             runner.close()
     return reports
 
@@ -173,11 +290,12 @@ def estimated_latency(reports: list[TaskReport]) -> float | None:
     return sum(r.task.weight * r.best for r in reports)
 
 
-def _status_line(reports, rep) -> str:
+def _status_line(reports, rep, i: int) -> str:
     g = rep.gflops
     est = estimated_latency(reports)
-    return (f"{rep.task.template.name} best {g:.1f} GFLOP/s" if g else f"{rep.task.template.name} no result yet") + \
-        (f" | model est. {est * 1e3:.3f} ms" if est else "")
+    head = f"task {i + 1}/{len(reports)} {rep.task.template.name} {rep.trials} trials"
+    return head + (f", best {g:.1f} GFLOP/s" if g else ", no result yet") + \
+        (f" | model est. {_ms(est)}" if est else "")
 
 
 def summary_table(reports: list[TaskReport]) -> str:
@@ -194,7 +312,29 @@ def summary_table(reports: list[TaskReport]) -> str:
     est = estimated_latency(reports)
     if est:
         lines.append(f"estimated model latency (sum of occurrences x best): {_ms(est)}")
+    timing = getattr(reports, "timing", None)
+    if timing is not None and timing.candidates:
+        lines.append(f"{timing.candidates} candidates in {timing.wall_s:.1f} s ({timing.per_minute:.0f}/min): "
+                     f"build {timing.build_s:.1f} s ({timing.compiles} compiles), run {timing.run_s:.1f} s, "
+                     f"search/model {timing.model_s:.1f} s, database {timing.db_s:.1f} s")
     return "\n".join(lines)
+
+
+def measure_model_latency(model, db, dims=None, sizes: dict | None = None, runs: int = 10, seed: int = 0) -> float:
+    """Median seconds of one run of the whole model with its tuned kernels (runtime.load
+    on random inputs at `sizes`), after a warm-up run that compiles and packs."""
+    import runtime
+    from runtime.cli import random_feeds
+    m = runtime.load(model, db=db, dims=dims)
+    feeds = random_feeds(m.graph, dict(sizes or {}), seed)
+    m.run(feeds)
+    ts = []
+    for _ in range(max(1, runs)):
+        t0 = time.perf_counter()
+        m.run(feeds)
+        ts.append(time.perf_counter() - t0)
+    ts.sort()
+    return ts[len(ts) // 2]
 
 
 def _ms(s: float | None) -> str:

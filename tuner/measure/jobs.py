@@ -42,12 +42,46 @@ def _expected(wl: Workload):
     return _REFERENCE[wl.key]
 
 
-def run_job(req: dict) -> dict:
-    """Check the candidate against the NumPy reference, then time it.
+_FLUSH: dict[int, np.ndarray] = {}
 
-    Timing: one warm-up call, then `repeat` repeats of `number` calls each, where
-    `number` grows until one repeat lasts at least `min_repeat_ms`.
-    """
+
+def flush_caches(nbytes: int = 64 << 20) -> None:
+    """Evict the data caches by writing a buffer larger than L2 + L3, so a repeat
+    starts cold (as a kernel does after other layers ran)."""
+    buf = _FLUSH.get(nbytes)
+    if buf is None:
+        buf = _FLUSH[nbytes] = np.empty(nbytes // 8, np.float64)
+    buf += 1.0
+
+
+def timed(run, arrays, out, number: int | None, repeat: int, min_repeat_ms: float, flush: bool) -> tuple[list, int]:
+    """(seconds per call of each repeat, number). `number` None: grow it until one
+    repeat lasts `min_repeat_ms`. With `flush`, caches are flushed before every repeat
+    (outside the timed region)."""
+    if number is None:
+        number, min_s = 1, min_repeat_ms / 1000.0
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(number):
+                run(arrays, out)
+            dt = time.perf_counter() - t0
+            if dt >= min_s or number >= 1 << 20:
+                break
+            number = max(number * 2, int(number * min_s / max(dt, 1e-9) * 1.1))
+    lat = []
+    for _ in range(repeat):
+        if flush:
+            flush_caches()
+        t0 = time.perf_counter()
+        for _ in range(number):
+            run(arrays, out)
+        lat.append((time.perf_counter() - t0) / number)
+    return lat, number
+
+
+def run_job(req: dict) -> dict:
+    """Check the candidate against the NumPy reference, then time it: one warm-up call
+    (the check), then `repeat` repeats of `number` calls each (see `timed`)."""
     _fault(req.get("fault", ""))
     wl, k = _kernel(req)
     arrays, expected = _expected(wl)
@@ -61,19 +95,6 @@ def run_job(req: dict) -> dict:
             err = float(np.nanmax(np.abs(out - expected))) if out.shape == expected.shape else float("nan")
             return {"wrong": f"max abs error {err:.3g} vs NumPy reference (scale {scale:.3g})",
                     "compile_s": k.compiled.compile_s}
-    number, min_s = 1, req.get("min_repeat_ms", 20) / 1000.0
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(number):
-            run(arrays, out)
-        dt = time.perf_counter() - t0
-        if dt >= min_s or number >= 1 << 20:
-            break
-        number = max(number * 2, int(number * min_s / max(dt, 1e-9) * 1.1))
-    lat = []
-    for _ in range(req.get("repeat", 5)):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            run(arrays, out)
-        lat.append((time.perf_counter() - t0) / number)
-    return {"latencies": lat, "compile_s": k.compiled.compile_s}
+    lat, number = timed(run, arrays, out, req.get("number"), req.get("repeat", 5), req.get("min_repeat_ms", 20),
+                        bool(req.get("flush_cache", False)))
+    return {"latencies": lat, "number": number, "compile_s": k.compiled.compile_s}

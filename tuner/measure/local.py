@@ -74,8 +74,16 @@ class LocalBuilder(Builder):
 
 
 class LocalRunner(Runner):
-    def __init__(self, timeout: float = 30.0, repeat: int = 5, min_repeat_ms: float = 20.0, check: bool = True):
+    """Times candidates one at a time in one worker process: `repeat` repeats of `number`
+    calls (None: as many as fill `min_repeat_ms`), median kept, spread recorded;
+    `flush_cache` evicts the caches before each repeat."""
+
+    def __init__(self, timeout: float = 30.0, repeat: int = 5, min_repeat_ms: float = 20.0, check: bool = True,
+                 number: int | None = None, flush_cache: bool = False):
+        if repeat < 1 or (number is not None and number < 1):
+            raise ValueError(f"repeat and number must be >= 1, got repeat={repeat}, number={number}")
         self.timeout, self.repeat, self.min_repeat_ms, self.check = timeout, repeat, min_repeat_ms, check
+        self.number, self.flush_cache = number, flush_cache
         self.worker = Worker({"NUMBA_NUM_THREADS": "1"})
 
     def run(self, inputs: list[MeasureInput], builds: list[BuildResult]) -> list[MeasureResult]:
@@ -84,7 +92,8 @@ class LocalRunner(Runner):
     def _run_one(self, inp: MeasureInput, build: BuildResult) -> MeasureResult:
         if build.status != OK:
             return MeasureResult(inp, build.status, error=build.error, compile_s=build.compile_s)
-        req = _request(inp, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms, check=self.check)
+        req = _request(inp, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms, check=self.check,
+                       number=self.number, flush_cache=self.flush_cache)
         t0 = time.perf_counter()
         try:
             reply = self.worker.call(jobs.run_job, req, self.timeout)

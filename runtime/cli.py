@@ -30,6 +30,8 @@ def _parser():
 
 
 def random_feeds(graph, sizes: dict, seed: int = 0) -> dict:
+    """Random inputs at `sizes`: normal floats; int ids below the size of the table they
+    index where the input feeds a Gather of a constant table, else in [0, 2) (masks)."""
     from ir.shapes import bind
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -40,9 +42,21 @@ def random_feeds(graph, sizes: dict, seed: int = 0) -> dict:
             feeds[name] = rng.standard_normal(shape).astype(t.dtype)
         elif t.dtype == "bool":
             feeds[name] = rng.random(shape) < 0.5
-        else:  # ids and masks: small non-negative ints are valid for any embedding table
-            feeds[name] = rng.integers(0, 2, size=shape).astype(t.dtype)
+        else:
+            feeds[name] = rng.integers(0, id_bound(graph, name), size=shape).astype(t.dtype)
     return feeds
+
+
+def id_bound(graph, name: str) -> int:
+    """Exclusive upper bound for valid values of int input `name`: the smallest table it indexes."""
+    bounds = []
+    for n in graph.nodes:
+        if n.op == "Gather" and len(n.inputs) > 1 and n.inputs[1] == name and n.inputs[0] in graph.constants:
+            table = graph.constants[n.inputs[0]]
+            axis = int(n.attrs.get("axis", 0))
+            if table.ndim:
+                bounds.append(int(table.shape[axis % table.ndim]))
+    return max(1, min(bounds)) if bounds else 2
 
 
 def main(argv=None) -> int:
@@ -97,6 +111,8 @@ def _run(args) -> int:
         report["latency_ms"] = {f"p{q}": float(np.percentile(lat, q) * 1e3) for q in (50, 95, 99)}
     cov = model.coverage(sizes)
     report["coverage"] = cov.to_json()
+    mem = model.memory(sizes)
+    report["memory"] = mem.to_json()
     if args.json:
         print(json.dumps(report, indent=1))
     else:
@@ -104,6 +120,7 @@ def _run(args) -> int:
             print(f"warning: {w}")
         print(f"model {args.model} at {sizes}: loaded in {load_s:.2f} s, first run {first_s * 1e3:.1f} ms")
         print(f"kernels: {cov}")
+        print(f"memory: {mem}")
         if cov.fallback_ops:
             print(f"ops on onnx.reference: {', '.join(cov.fallback_ops)}")
         if "check" in report:

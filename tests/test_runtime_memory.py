@@ -1,0 +1,138 @@
+"""Memory plan: liveness → one arena per shape, reuse factor on ResNet- and BERT-style
+models, outputs that never alias internal buffers, kernels writing into planned buffers."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from ir import import_onnx, partition, simplify
+from runtime.choose import REFERENCE, Choice, Chooser
+from runtime.executor import CompiledModel
+from runtime.memory import plan_memory
+
+try:
+    from tests.models import make_bert, make_resnet18
+except ImportError:
+    from models import make_bert, make_resnet18
+
+
+class OnlyChooser(Chooser):
+    """Compiled kernels only for the named template families; the NumPy reference elsewhere
+    (keeps numba compiles, the slow part of these tests, to a few dense kernels)."""
+
+    def __init__(self, templates=()):
+        super().__init__()
+        self.templates = set(templates)
+
+    def choose(self, wl):
+        c = super().choose(wl)
+        return c if c.template is not None and c.template.name in self.templates else Choice(REFERENCE, None, None)
+
+
+def compiled(model, templates=()):
+    g = simplify(import_onnx(model))
+    return CompiledModel(g, partition(g), OnlyChooser(templates))
+
+
+def ort_run(model, feeds):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    model = make_resnet18(image=32, classes=10)
+    return model, compiled(model)
+
+
+@pytest.fixture(scope="module")
+def bert():
+    model = make_bert(layers=2, hidden=64, heads=2, ffn=256, vocab=50)
+    return model, compiled(model, templates=("dense",))
+
+
+def bert_feeds(batch, seq, seed=0):
+    rng = np.random.default_rng(seed)
+    mask = np.ones((batch, seq), np.int64)
+    mask[:, seq - 2:] = 0
+    return {"input_ids": rng.integers(0, 50, (batch, seq)).astype(np.int64), "attention_mask": mask}
+
+
+def test_plan_memory_reuses_dead_buffers():
+    # a chain a -> b -> c -> d: at most two live at once, each step may reuse the one before last
+    sizes = {"a": 1000, "b": 1000, "c": 1000, "d": 1000}
+    defs = {"a": 0, "b": 1, "c": 2, "d": 3}
+    uses = {"a": 1, "b": 2, "c": 3}
+    mem = plan_memory(sizes, defs, uses)
+    assert mem.no_reuse_bytes == 4 * 1024 and mem.arena_bytes == 2 * 1024
+    for x, y in (("a", "b"), ("b", "c"), ("c", "d")):  # live at the same step: disjoint
+        assert abs(mem.offsets[x] - mem.offsets[y]) >= 1024
+    inpl = plan_memory(sizes, defs, uses, inplace={"b": "a", "c": "b", "d": "c"})
+    assert inpl.arena_bytes == 1024 and len(inpl.inplace) == 3
+
+
+def test_plan_memory_never_overlaps_live_values():
+    rng = np.random.default_rng(0)
+    n = 60
+    sizes = {f"v{k}": int(rng.integers(1, 5000)) for k in range(n)}
+    defs = {f"v{k}": k for k in range(n)}
+    uses = {f"v{k}": k + int(rng.integers(0, 6)) for k in range(n)}
+    mem = plan_memory(sizes, defs, uses)
+    for a in sizes:
+        for b in sizes:
+            if a < b and defs[a] <= uses[b] and defs[b] <= uses[a]:
+                lo_a, lo_b = mem.offsets[a], mem.offsets[b]
+                assert lo_a + sizes[a] <= lo_b or lo_b + sizes[b] <= lo_a, (a, b)
+    assert mem.live_peak_bytes <= mem.arena_bytes <= mem.no_reuse_bytes
+
+
+def test_resnet_style_reuse_and_numerics(resnet):
+    model, m = resnet
+    x = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    out = m(x)
+    np.testing.assert_allclose(out, ort_run(model, {"image": x})["logits"], rtol=1e-4, atol=1e-4)
+    mem = m.memory({"batch": 2})
+    assert mem.ratio <= 0.5, str(mem)
+    assert mem.inplace, "elementwise/reference steps should write over inputs that die there"
+
+
+def test_bert_style_reuse_and_numerics_with_kernels_writing_planned_buffers(bert):
+    model, m = bert
+    feeds = bert_feeds(2, 16)
+    out = m.run(feeds)["hidden"]
+    np.testing.assert_allclose(out, ort_run(model, feeds)["hidden"], rtol=1e-4, atol=1e-4)
+    prog = m.program({"batch": 2, "seq": 16})
+    assert prog.memory.ratio <= 0.5, str(prog.memory)
+    kernel_steps = [s for s in prog.steps if s.kernel is not None]
+    assert kernel_steps, "dense subgraphs should run compiled kernels"
+    planned = [s for s in kernel_steps if s.outs[0][2] is not None]
+    assert planned and all(np.shares_memory(s.outs[0][2], prog.arena) for s in planned)
+
+
+def test_outputs_never_alias_internal_buffers(bert):
+    model, m = bert
+    first = m.run(bert_feeds(2, 16, seed=1))["hidden"]
+    kept = first.copy()
+    second = m.run(bert_feeds(2, 16, seed=2))["hidden"]
+    np.testing.assert_array_equal(first, kept)          # a later call did not overwrite it
+    assert not np.shares_memory(first, second)
+    assert not np.shares_memory(first, m.program({"batch": 2, "seq": 16}).arena)
+
+
+def test_programs_and_plans_cached_per_shape(resnet):
+    _, m = resnet
+    m(np.zeros((1, 3, 32, 32), np.float32))
+    p1 = m.program({"batch": 1})
+    m(np.ones((1, 3, 32, 32), np.float32))
+    assert m.program({"batch": 1}) is p1
+    assert m.memory({"batch": 1}).arena_bytes < m.memory({"batch": 2}).arena_bytes
+
+
+def test_no_memory_plan_gives_same_result(resnet):
+    model, m = resnet
+    g = m.graph
+    plain = CompiledModel(g, partition(g), OnlyChooser(), plan_memory=False)
+    x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.testing.assert_array_equal(plain(x), m(x))
+    assert plain.memory({"batch": 1}).arena_bytes == 0

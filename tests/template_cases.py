@@ -27,3 +27,34 @@ def check(template, wl, cfg, arrays=None, seed=0, rtol=1e-4):
     want = wl.reference(arrays)
     np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * max(1.0, float(np.abs(want).max()) if want.size else 1.0))
     return kernel
+
+
+def precompile(template_name: str, pairs) -> None:
+    """Compile (workload, config) pairs in parallel worker processes (into the session's kernel
+    cache), so that tests then only load them."""
+    from tuner.measure import LocalBuilder, MeasureInput
+    builder = LocalBuilder(timeout=600)
+    try:
+        results = builder.build([MeasureInput(wl, template_name, cfg) for wl, cfg in pairs])
+    finally:
+        builder.close()
+    assert all(r.status == "ok" for r in results), [r.error for r in results if r.status != "ok"]
+
+
+def conv_wl(n, c, h, w, oc, k=3, s=1, p=1, d=1, g=1, bias=True, epi=()):
+    """Conv (+ bias) with an epilogue: "relu", "res" (residual input), "chan" (per-channel scale input)."""
+    ops = [("Conv", ["i0", "i1"] + (["i2"] if bias else []),
+            {"strides": [s, s], "pads": [p] * 4, "dilations": [d, d], "group": g, "kernel_shape": [k, k]})]
+    ins = [((n, c, h, w), "float32", False), ((oc, c // g, k, k), "float32", True)] + ([((oc,), "float32", True)] if bias else [])
+    oh, ow = (h + 2 * p - d * (k - 1) - 1) // s + 1, (w + 2 * p - d * (k - 1) - 1) // s + 1
+    for e in epi:
+        last = f"t{len(ops) - 1}"
+        if e == "relu":
+            ops.append(("Relu", [last], {}))
+        elif e == "res":
+            ins.append(((n, oc, oh, ow), "float32", False))
+            ops.append(("Add", [last, f"i{len(ins) - 1}"], {}))
+        elif e == "chan":
+            ins.append(((1, oc, 1, 1), "float32", True))
+            ops.append(("Mul", [last, f"i{len(ins) - 1}"], {}))
+    return make_wl(ops, ins)

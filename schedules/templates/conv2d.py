@@ -78,7 +78,7 @@ class Conv2dTemplate(Template):
     def default_config(self, wl: Workload) -> Config:
         ow = wl.output_shape[3]
         algo = "direct" if ow >= 28 else "im2col"
-        return self.space(wl).validate({"algo": algo, "regtile": "8x32" if wl.inputs[1]["shape"][0] >= 32 else "8x16",
+        return self.space(wl).validate({"algo": algo, "regtile": "4x32" if wl.inputs[1]["shape"][0] >= 32 else "4x16",
                                         "order": "oc_px", "parallel": True, "OCB": 2, "PB": 2})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:

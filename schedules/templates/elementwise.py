@@ -183,7 +183,7 @@ def _check(wl: Workload):
         skip = SHAPE_ARGS.get(o["op"], set())
         for a, r in enumerate(o["in"]):
             if a in skip:
-                if not r.startswith("i") or (o["op"] == "Slice" and not wl.inputs[int(r[1:])]["const"]):
+                if not r.startswith("i"):
                     return None
                 continue
             if r.startswith("i"):
@@ -282,15 +282,18 @@ class ElementwiseTemplate(Template):
                 sl[2 * a], sl[2 * a + 1] = start, step
             return sl
 
-        def prepare(funcs, arrays):
-            return {"sl": [slice_params(arrays, k) for k in slices]}
+        const_slices = all(wl.inputs[int(r[1:])]["const"] for k in slices for r in wl.ops[k]["in"][1:])
+
+        def prepare(funcs, arrays):  # slice bounds from constants are read once; others per call
+            return {"sl": [slice_params(arrays, k) for k in slices] if const_slices else None}
 
         def launch(funcs, state, arrays, out):
             xs = tuple(np.ascontiguousarray(arrays[int(r[1:])]).reshape(-1) if wl.inputs[int(r[1:])]["dtype"] != "float32"
                        else as_kernel_array(arrays[int(r[1:])]).reshape(-1) for r in loaded)
             xs = tuple(a if a.flags.writeable else a.copy() for a in xs)
             n_ = total if flat else 0
-            parallel_for(funcs["injective"], xs + tuple(state["sl"]) + (out.reshape(-1), n_, RB), threads)
+            sl = state["sl"] if state["sl"] is not None else [slice_params(arrays, k) for k in slices]
+            parallel_for(funcs["injective"], xs + tuple(sl) + (out.reshape(-1), n_, RB), threads)
 
         return Lowered(module, prepare, launch)
 

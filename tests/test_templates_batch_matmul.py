@@ -1,0 +1,52 @@
+"""batch_matmul template: batched MatMul of two activations (broadcast batch dims, odd M/N/K,
+fused epilogue with a broadcast mask) agrees with the NumPy reference on random shapes/configs."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedules import get_template
+from tests.template_cases import check, make_wl, precompile
+
+BMM = get_template("batch_matmul")
+
+
+def attention(b, h, m, k, n):
+    """scores = (q @ kT) / scale + mask[b, 1, 1, n], as in BERT."""
+    return make_wl([("MatMul", ["i0", "i1"], {}), ("Div", ["t0", "i2"], {}), ("Add", ["t1", "i3"], {})],
+                   [((b, h, m, k), "float32", False), ((b, h, k, n), "float32", False), ((), "float32", True),
+                    ((b, 1, 1, n), "float32", False)])
+
+
+TILES = ["4x16", "2x16"]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    wl = attention(1, 2, 5, 3, 7)
+    precompile("batch_matmul", [(wl, BMM.space(wl).validate({**BMM.default_config(wl).to_json(), "regtile": t}))
+                                for t in TILES])
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), b=st.sampled_from([1, 2]), h=st.sampled_from([1, 3]), m=st.sampled_from([1, 5, 16]),
+       k=st.sampled_from([1, 8, 13]), n=st.sampled_from([1, 16, 37]))
+def test_random_shapes_and_configs_match_numpy(compiled, data, b, h, m, k, n):
+    wl = attention(b, h, m, k, n)
+    assert BMM.matches(wl)
+    space = BMM.space(wl)
+    values = {kn.name: data.draw(st.sampled_from(kn.options)) for kn in space.knobs if not kn.code_shape}
+    check(BMM, wl, space.validate({**values, "regtile": data.draw(st.sampled_from(TILES))}))
+
+
+def test_broadcast_batch_without_epilogue():
+    wl = make_wl([("MatMul", ["i0", "i1"], {})], [((3, 1, 5, 7), "float32", False), ((4, 7, 33), "float32", False)])
+    assert BMM.matches(wl)
+    check(BMM, wl, BMM.default_config(wl))
+
+
+def test_dense_keeps_constant_weights():
+    from schedules import find_template
+    wl = make_wl([("MatMul", ["i0", "i1"], {})], [((2, 5, 8), "float32", False), ((8, 4), "float32", True)])
+    assert find_template(wl).name == "dense"

@@ -1,0 +1,51 @@
+"""Golden generated source per (template, config): catches codegen drift in the templates.
+
+Regenerate after an intended change: TENSORTUNE_REGEN_GOLDEN=1 pytest tests/test_templates_golden.py
+(then review the diff of tests/golden/)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from codegen.source import render
+from schedules import get_template
+from tests.template_cases import conv_wl, make_wl
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _cases():
+    return {
+        "conv2d_direct_4x16": ("conv2d", conv_wl(1, 4, 9, 11, 6, k=3, s=2, p=1, epi=("res", "relu")),
+                               {"algo": "direct", "regtile": "4x16", "order": "oc_px"}),
+        "conv2d_im2col_4x16": ("conv2d", conv_wl(1, 4, 9, 11, 6, k=1, s=1, p=0, epi=("chan",)),
+                               {"algo": "im2col", "regtile": "4x16", "order": "px_oc"}),
+        "reduce_layernorm_lanes4": ("reduce", make_wl(
+            [("Add", ["i0", "i1"], {}), ("LayerNormalization", ["t0", "i2", "i3"], {"axis": -1})],
+            [((2, 3, 8), "float32", False), ((8,), "float32", True), ((8,), "float32", True), ((8,), "float32", True)]),
+            {"lanes": 4, "cache": True}),
+        "elementwise_gelu_flat": ("elementwise", make_wl(
+            [("Div", ["i0", "i1"], {}), ("Erf", ["t0"], {}), ("Add", ["t1", "i2"], {}), ("Mul", ["t2", "i0"], {})],
+            [((4, 8), "float32", False), ((), "float32", True), ((), "float32", True)]), {"vector": "flat", "unroll": 4}),
+        "pool_max_3x3s2": ("pool", make_wl([("MaxPool", ["i0"], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4})],
+                                           [((1, 2, 8, 8), "float32", False)]), {"owtile": 4, "unroll": True}),
+        "batch_matmul_2x16": ("batch_matmul", make_wl([("MatMul", ["i0", "i1"], {})],
+                                                      [((2, 5, 3), "float32", False), ((2, 3, 7), "float32", False)]),
+                              {"regtile": "2x16"}),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_cases()))
+def test_generated_source_matches_golden(name):
+    template_name, wl, code = _cases()[name]
+    t = get_template(template_name)
+    cfg = t.space(wl).validate({**t.default_config(wl).to_json(), **code})
+    src = render(t.lower(wl, cfg).module)
+    path = GOLDEN / f"{name}.py.txt"
+    if os.environ.get("TENSORTUNE_REGEN_GOLDEN"):
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(src)
+    assert path.exists(), f"no golden file {path}: run with TENSORTUNE_REGEN_GOLDEN=1"
+    assert src == path.read_text(), f"generated source of {name} changed; regenerate with TENSORTUNE_REGEN_GOLDEN=1 if intended"

@@ -1,0 +1,64 @@
+"""reduce template: softmax / logsoftmax / layernorm (with BERT's Add + Add prologue) and
+Reduce* along contiguous axes agree with the NumPy reference on odd shapes and random configs."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedules import get_template
+from tests.template_cases import check, make_wl, precompile
+
+RED = get_template("reduce")
+
+
+def softmax(shape, op="Softmax"):
+    return make_wl([(op, ["i0"], {"axis": -1})], [(shape, "float32", False)])
+
+
+def layernorm(b, s, h):
+    return make_wl([("Add", ["i0", "i1"], {}), ("Add", ["t0", "i2"], {}),
+                    ("LayerNormalization", ["t1", "i3", "i4"], {"axis": -1, "epsilon": 1e-12})],
+                   [((b, s, h), "float32", False), ((s, h), "float32", True), ((h,), "float32", True),
+                    ((h,), "float32", True), ((h,), "float32", True)])
+
+
+def cfg(wl, lanes, cache, **runtime):
+    return RED.space(wl).validate({**RED.default_config(wl).to_json(), "lanes": lanes, "cache": cache, **runtime})
+
+
+CODE = [(8, True), (1, False)]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    pairs = [(w, cfg(w, *c)) for w in (softmax((3, 17)), layernorm(2, 3, 21)) for c in CODE]
+    precompile("reduce", pairs)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), kind=st.sampled_from(["softmax", "layernorm"]), b=st.sampled_from([1, 2]),
+       s=st.sampled_from([1, 3, 5]), h=st.sampled_from([1, 7, 33, 64]))
+def test_random_shapes_and_configs_match_numpy(compiled, data, kind, b, s, h):
+    wl = softmax((b, s, h)) if kind == "softmax" else layernorm(b, s, h)
+    assert RED.matches(wl)
+    runtime = {k.name: data.draw(st.sampled_from(k.options)) for k in RED.space(wl).knobs if not k.code_shape}
+    check(RED, wl, cfg(wl, *data.draw(st.sampled_from(CODE)), **runtime))
+
+
+@pytest.mark.parametrize("ops,shape", [
+    ([("LogSoftmax", ["i0"], {"axis": -1})], (5, 19)),
+    ([("ReduceMean", ["i0"], {"axes": [1], "keepdims": 1})], (2, 5, 7)),         # middle axis
+    ([("ReduceMax", ["i0"], {"axes": [1, 2], "keepdims": 0})], (3, 4, 5)),      # contiguous last axes
+    ([("GlobalAveragePool", ["i0"], {})], (1, 6, 3, 3)),
+])
+def test_other_reductions(ops, shape):
+    wl = make_wl(ops, [(shape, "float32", False)])
+    assert RED.matches(wl)
+    check(RED, wl, RED.default_config(wl))
+
+
+def test_non_contiguous_axes_fall_back():
+    wl = make_wl([("ReduceSum", ["i0"], {"axes": [0, 2], "keepdims": 1})], [((2, 3, 4), "float32", False)])
+    assert not RED.matches(wl)
+    assert not RED.matches(make_wl([("Softmax", ["i0"], {"axis": 0})], [((3, 4), "float32", False)]))

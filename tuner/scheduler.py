@@ -12,9 +12,10 @@ backward_i: how much best_i fell per round over the last `window` rounds;
 forward_i: an optimistic guess of the next round: min(best_i − best_i / rounds_i,
 β × flops_i / best throughput of a similar task (same template)) − best_i.
 The most negative gradient wins; with probability `eps` a random task does (so no
-estimate starves a task for ever). Tasks whose search is exhausted, that stopped
-early, or that never produced a valid result in `max_failed_rounds` rounds retire
-and leave their budget to the others.
+estimate starves a task for ever). A task whose best did not move in its last
+`patience` rounds counts as stagnant: its gradient is damped (× `stagnant_damping`),
+so it yields budget to tasks that still improve, weights still counting. Tasks whose search is exhausted, that stopped early, or that never
+produced a valid result in `max_failed_rounds` rounds retire.
 """
 from __future__ import annotations
 
@@ -89,8 +90,10 @@ class GradientScheduler(TaskScheduler):
     name = "gradient"
 
     def __init__(self, tasks, seed: int = 0, alpha: float = 0.2, beta: float = 2.0, window: int = 3,
-                 eps: float = 0.05, warmup_rounds: int = 1, max_failed_rounds: int = 3):
+                 eps: float = 0.05, warmup_rounds: int = 1, max_failed_rounds: int = 3, patience: int = 4,
+                 stagnant_damping: float = 0.5):
         super().__init__(tasks, seed)
+        self.patience, self.stagnant_damping = patience, stagnant_damping
         self.alpha, self.beta, self.window, self.eps = alpha, beta, window, eps
         self.warmup_rounds, self.max_failed_rounds = warmup_rounds, max_failed_rounds
 
@@ -112,7 +115,12 @@ class GradientScheduler(TaskScheduler):
             top = max(self.flops[j] / self.best[j] for j in similar)
             g2 = self.beta * self.flops[i] / top
         forward = min(g1, g2) - best
-        return self.weights[i] * (self.alpha * backward + (1 - self.alpha) * forward)
+        damp = self.stagnant_damping if self.stagnant(i) else 1.0
+        return damp * self.weights[i] * (self.alpha * backward + (1 - self.alpha) * forward)
+
+    def stagnant(self, i: int) -> bool:
+        hist = [b for b in self.history[i] if b is not None]
+        return bool(self.patience) and len(hist) > self.patience and hist[-1] >= hist[-1 - self.patience]
 
     def _pick(self) -> int:
         active = sorted(self.active)

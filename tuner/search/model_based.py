@@ -96,12 +96,12 @@ class ModelGuidedSearch(SearchStrategy):
             out = self._random_fill([], n, set())
             self.measured |= {c.hash for c in out}
             return out
-        if len(self.plan) < n:
+        n_random = sum(1 for _ in range(n) if self.rng.random() < self.eps)
+        if len(self.plan) < n - n_random:
             t0 = time.perf_counter()
             self.plan = self._make_plan(max(self.plan_size, n))
             self.model_s += time.perf_counter() - t0
         out, taken = [], set()
-        n_random = sum(1 for _ in range(n) if self.rng.random() < self.eps)
         while self.plan and len(out) < n - n_random:
             cfg = self.plan.pop(0)
             if self._fresh(cfg, taken):

@@ -29,7 +29,7 @@ def improving(start, end):
 
 def test_gradient_feeds_the_task_that_still_improves():
     rounds = run(GradientScheduler([task(), task()], eps=0), [improving(5.0, 1.0), lambda r: 1.0])
-    assert rounds[0] >= 4 * rounds[1] and rounds[1] >= 1   # warm-up gave the flat task one round
+    assert rounds[0] >= 2 * rounds[1] and rounds[1] >= 1   # warm-up gave the flat task one round
 
 
 def test_gradient_weighs_by_occurrences():

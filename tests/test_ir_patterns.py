@@ -1,0 +1,54 @@
+"""The GELU rewrite: PyTorch's erf form becomes one Gelu node that fuses into the dense epilogue."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ir import import_onnx, partition, simplify
+from ir.patterns import fuse_gelu
+from ir.reference import run_reference
+
+
+def gelu_model(form: str):
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 32)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(1.0), "one"),
+             numpy_helper.from_array(np.float32(0.5), "half")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"])]
+    if form == "div":
+        inits.append(numpy_helper.from_array(np.float32(math.sqrt(2)), "c"))
+        nodes.append(helper.make_node("Div", ["h", "c"], ["s"]))
+    else:
+        inits.append(numpy_helper.from_array(np.float32(1 / math.sqrt(2)), "c"))
+        nodes.append(helper.make_node("Mul", ["h", "c"], ["s"]))
+    nodes += [helper.make_node("Erf", ["s"], ["e"]), helper.make_node("Add", ["e", "one"], ["a"])]
+    if form == "div":  # (x * (1 + erf)) * 0.5, as torch exports
+        nodes += [helper.make_node("Mul", ["h", "a"], ["m"]), helper.make_node("Mul", ["m", "half"], ["y"])]
+    else:  # ((1 + erf) * 0.5) * x
+        nodes += [helper.make_node("Mul", ["a", "half"], ["m"]), helper.make_node("Mul", ["m", "h"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("form", ["div", "mul"])
+def test_erf_gelu_becomes_one_node_and_fuses(form):
+    raw = import_onnx(gelu_model(form))
+    g = simplify(raw)
+    assert [n.op for n in g.nodes] == ["MatMul", "Gelu"]
+    [sg] = partition(g)
+    assert sg.ops == ["MatMul", "Gelu"]
+    x = np.random.default_rng(1).standard_normal((5, 16)).astype(np.float32)
+    np.testing.assert_allclose(run_reference(g, {"x": x})["y"], run_reference(raw, {"x": x})["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_wrong_constant_is_left_alone():
+    m = gelu_model("div")
+    for init in m.graph.initializer:
+        if init.name == "half":
+            init.CopyFrom(numpy_helper.from_array(np.float32(0.25), "half"))
+    g = fuse_gelu(import_onnx(m))
+    assert "Gelu" not in [n.op for n in g.nodes]

@@ -216,7 +216,8 @@ def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Targe
             t2 = time.perf_counter()
             timing.build_s += t1 - t0
             timing.run_s += t2 - t1
-            timing.compiles += sum(1 for b in builds if b.compile_s > 0.05)
+            n_compiles = len({id(b) for b in builds if b.status == "ok" and b.compile_s > 0 and not b.cached})
+            timing.compiles += n_compiles
             db.add_many([to_record(r, target, opts.strategy, rep.task.template.version) for r in results])
             timing.db_s += time.perf_counter() - t2
             for r in results:
@@ -234,7 +235,8 @@ def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Targe
                 scheduler.retire(i)
                 log.write(event="early_stop", task=rep.task.name, trials=rep.trials)
             log.write(event="round", task=rep.task.name, trials=rep.trials, best=rep.best,
-                      estimated_latency=estimated_latency(reports))
+                      estimated_latency=estimated_latency(reports), candidates=len(results), compiles=n_compiles,
+                      build_s=round(t1 - t0, 3), run_s=round(t2 - t1, 3))
             if bar is not None:
                 bar.update(len(results))
                 bar.set_postfix_str(_status_line(reports, rep, i))

@@ -13,6 +13,7 @@ class BuildResult:
     status: str          # ok | compile_error | build_timeout | worker_died
     error: str = ""
     compile_s: float = 0.0
+    cached: bool = False     # loaded from the kernel cache: no compile happened
 
 
 class Builder(abc.ABC):

@@ -24,7 +24,7 @@ def _kernel(req: dict):
 def build_job(req: dict) -> dict:
     """Compile (into the on-disk cache) so that the runner only loads."""
     _, k = _kernel(req)
-    return {"compile_s": k.compiled.compile_s, "path": str(k.compiled.path)}
+    return {"compile_s": k.compiled.compile_s, "path": str(k.compiled.path), "cached": k.compiled.cached}
 
 
 def _fault(kind: str) -> None:

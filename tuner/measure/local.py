@@ -66,7 +66,7 @@ class LocalBuilder(Builder):
             return BuildResult(WORKER_DIED, f"build: {e}")
         if reply[0] != "ok":
             return BuildResult(COMPILE_ERROR, reply[1])
-        return BuildResult(OK, compile_s=reply[1]["compile_s"])
+        return BuildResult(OK, compile_s=reply[1]["compile_s"], cached=bool(reply[1].get("cached")))
 
     def close(self) -> None:
         for w in self.workers:

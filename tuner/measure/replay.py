@@ -86,9 +86,10 @@ class ReplayBuilder(Builder):
         for inp in inputs:
             t = self.tables[inp.workload.key]
             key = t.space.code_key(inp.config)
-            s = 0.0 if key in self.built else float(t.compile_s.get(str(key), 0.0))
+            cached = key in self.built
             self.built.add(key)
-            out.append(BuildResult(OK, compile_s=s))
+            out.append(BuildResult(OK, compile_s=0.0 if cached else float(t.compile_s.get(str(key), 0.0)),
+                                   cached=cached))
         return out
 
 

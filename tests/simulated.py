@@ -18,17 +18,20 @@ TARGET = Target("cpu", "replay", "replay", "avx512f,fma", 2, "0.0", "0.0")
 
 
 @lru_cache(maxsize=None)
-def table(shape: str) -> Table:
-    return Table.load(DATA / f"dense_{shape}.json")
+def table(name: str) -> Table:
+    """A recorded table by file stem ("conv2d_resnet18_layer1") or dense shape ("128x256x1024")."""
+    path = DATA / f"{name}.json"
+    return Table.load(path if path.exists() else DATA / f"dense_{name}.json")
 
 
 def replay(shapes=SHAPES, weights=None):
-    """(tasks, builder, runner) for the given recorded shapes. The template knows every
-    recorded shape, so records of the others read back in their recorded space."""
+    """(tasks, builder, runner) for the given recorded tables (one template). For dense the
+    template knows every recorded shape, so records of the others read back in their space."""
     tables = [table(s) for s in shapes]
-    template = ReplayTemplate([table(s) for s in SHAPES])
+    known = [table(s) for s in SHAPES] if tables[0].template == "dense" else tables
+    template = ReplayTemplate(known + [t for t in tables if t not in known])
     weights = weights or [1] * len(tables)
-    tasks = [Task(t.workload, template, w, f"dense:{s}") for t, s, w in zip(tables, shapes, weights)]
+    tasks = [Task(t.workload, template, w, f"{t.template}:{s}") for t, s, w in zip(tables, shapes, weights)]
     return tasks, ReplayBuilder(tables), ReplayRunner(tables)
 
 

@@ -22,18 +22,21 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from database import Database  # noqa: E402
-from tests.simulated import SHAPES, TARGET, replay, table, trials_to_reach  # noqa: E402
+from tests.simulated import DATA, SHAPES, TARGET, replay, table, trials_to_reach  # noqa: E402
 from tuner.tune import TuneOptions, tune_tasks  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 VARIANTS = {"random": dict(strategy="random"), "ga": dict(strategy="ga"),
             "xgb": dict(strategy="xgb", transfer=False), "xgb+transfer": dict(strategy="xgb", transfer=True)}
 PRIOR_TRIALS = 200   # random-search records of each *other* shape in the database for xgb+transfer
+CONV = "conv2d_resnet18_layer1"   # recorded by record_dataset.py --resnet-conv (no other conv shape: no transfer)
+WORKLOADS = list(SHAPES) + ([CONV] if (DATA / f"{CONV}.json").exists() else [])
+TITLES = {**{s: f"dense {s} (MxKxN, +bias)" for s in SHAPES}, CONV: "ResNet-18 conv 3x3 64->64 56x56 (+ReLU)"}
 
 
 def prior_records(shape: str) -> list:
     db = Database("sqlite:///:memory:")
-    for other in SHAPES:
+    for other in SHAPES if shape in SHAPES else ():
         if other != shape:
             tasks, b, r = replay([other])
             tune_tasks(tasks, db, TuneOptions(trials=PRIOR_TRIALS, strategy="random", seed=99, progress=False),
@@ -43,9 +46,11 @@ def prior_records(shape: str) -> list:
 
 def replay_runs(trials: int, seeds: int) -> dict:
     out = {}
-    for shape in SHAPES:
+    for shape in WORKLOADS:
         prior = prior_records(shape)
         for name, kw in VARIANTS.items():
+            if name == "xgb+transfer" and not prior:
+                continue
             for seed in range(seeds):
                 db = Database("sqlite:///:memory:")
                 if name == "xgb+transfer":
@@ -61,25 +66,32 @@ def replay_runs(trials: int, seeds: int) -> dict:
     return out
 
 
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if a == a and b == b else "-"
+
+
 def report(runs: dict, trials: int, seeds: int) -> str:
-    lines = ["| workload (dense, +bias) | recorded configs | best (us) | " +
+    lines = ["| workload | recorded configs | best (us) | " +
              " | ".join(f"{n}: trials to 95%" for n in VARIANTS) + " | xgb / random | xgb+transfer / random |",
              "|---" * (5 + len(VARIANTS)) + "|"]
     summary = {}
-    for shape in SHAPES:
+    for shape in WORKLOADS:
         t = table(shape)
         best_any = min(min(h for h in v["history"] if h is not None) for (s, _, _), v in runs.items() if s == shape)
         goal = best_any / 0.95
         need = {}
         for name in VARIANTS:
+            if (shape, name, 0) not in runs:
+                need[name] = (float("nan"), 0)
+                continue
             ts = [trials_to_reach(runs[(shape, name, s)]["history"], goal) for s in range(seeds)]
             reached = [x for x in ts if x is not None]
             # a seed that never reached the goal counts as the whole budget + 1 (a lower bound)
             need[name] = (np.mean([x if x is not None else trials + 1 for x in ts]), len(reached))
         summary[shape] = need
-        cells = [f"{m:.0f} ({k}/{seeds})" for m, k in need.values()]
-        lines.append(f"| {shape} (MxKxN) | {len(t.space)} | {best_any * 1e6:.0f} | " + " | ".join(cells) +
-                     f" | {need['xgb'][0] / need['random'][0]:.2f} | {need['xgb+transfer'][0] / need['random'][0]:.2f} |")
+        cells = [f"{m:.0f} ({k}/{seeds})" if m == m else "-" for m, k in need.values()]
+        lines.append(f"| {TITLES[shape]} | {len(t.space)} | {best_any * 1e6:.0f} | " + " | ".join(cells) +
+                     f" | {_ratio(need['xgb'][0], need['random'][0])} | {_ratio(need['xgb+transfer'][0], need['random'][0])} |")
     model = {n: np.mean([v["model_s"] for (s, m, _), v in runs.items() if m == n]) for n in VARIANTS}
     lines.append("")
     lines.append("Cells: mean trials (over seeds) until the best-so-far latency is within 5% of the best any "
@@ -98,10 +110,12 @@ def plot(runs: dict, trials: int, seeds: int, path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, axes = plt.subplots(1, len(SHAPES), figsize=(5 * len(SHAPES), 4), sharey=True)
-    for ax, shape in zip(axes, SHAPES):
+    fig, axes = plt.subplots(1, len(WORKLOADS), figsize=(5 * len(WORKLOADS), 4), sharey=True)
+    for ax, shape in zip(axes, WORKLOADS):
         best_any = min(min(h for h in v["history"] if h is not None) for (s, _, _), v in runs.items() if s == shape)
         for name in VARIANTS:
+            if (shape, name, 0) not in runs:
+                continue
             curves = []
             for s in range(seeds):
                 h = [x if x is not None else np.nan for x in runs[(shape, name, s)]["history"]]
@@ -109,7 +123,7 @@ def plot(runs: dict, trials: int, seeds: int, path: Path) -> bool:
                 curves.append(np.array(h[:trials]) / best_any)
             ax.plot(np.arange(1, trials + 1), np.nanmean(curves, axis=0), label=name)
         ax.axhline(1 / 0.95, color="grey", ls=":", lw=1)
-        ax.set_title(f"dense {shape} (+bias)")
+        ax.set_title(TITLES[shape], fontsize=10)
         ax.set_xlabel("trials")
         ax.set_xscale("log")
         ax.set_ylim(0.95, 3)

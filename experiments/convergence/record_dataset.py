@@ -53,10 +53,26 @@ def recorded_space(full: ConfigSpace) -> ConfigSpace:
     return ConfigSpace(knobs)
 
 
+def resnet_conv_workload():
+    """The first 3x3, 64 -> 64 channel conv of ResNet-18 (layer1, 56x56, batch 1), with its fused ReLU."""
+    g = simplify(import_onnx(Path(__file__).resolve().parents[1] / "models" / "resnet18.onnx"))
+    for sg in partition(g):
+        wl = make_workload(g, sg, {k: 1 for k in g.dims})
+        if wl.ops[0]["op"] == "Conv" and list(wl.inputs[1]["shape"]) == [64, 64, 3, 3]:
+            return wl
+    raise LookupError("no 64x64x3x3 conv in resnet18.onnx")
+
+
 def record(m: int, k: int, n: int, repeat: int) -> dict:
     dense = get_template("dense")
     wl = dense_workload(m, k, n)
-    space = recorded_space(dense.space(wl))
+    d = record_workload(dense, wl, recorded_space(dense.space(wl)), repeat)
+    d["shape"] = [m, k, n]
+    return d
+
+
+def record_workload(template, wl, space: ConfigSpace, repeat: int) -> dict:
+    """Time every config of `space` (a subspace of `template`'s space for wl) on real kernels."""
     arrays = wl.random_inputs(0)
     consts = [a if spec["const"] else None for a, spec in zip(arrays, wl.inputs)]
     expected = wl.reference(arrays)
@@ -68,12 +84,16 @@ def record(m: int, k: int, n: int, repeat: int) -> dict:
         key = space.code_key(cfg)
         try:
             if key not in compiled:
-                kern = compile_kernel(dense, wl, cfg)
-                compiled[key], compile_s[str(key)] = kern.compiled.functions, kern.compiled.compile_s
+                compiled[key] = None   # a code shape that fails to compile or computes garbage stays failed
+                kern = compile_kernel(template, wl, cfg)
+                compile_s[str(key)] = kern.compiled.compile_s
                 kern.bind(consts)(arrays, out)
-                if not np.allclose(out, expected, rtol=1e-4, atol=1e-3):
+                if not np.allclose(out, expected, rtol=1e-4, atol=1e-3 * max(1.0, float(np.abs(expected).max()))):
                     raise AssertionError(f"wrong result for {cfg}")
-            low = dense.lower(wl, cfg)
+                compiled[key] = kern.compiled.functions
+            if compiled[key] is None:
+                raise RuntimeError("code shape failed")
+            low = template.lower(wl, cfg)
             funcs = compiled[key]
             state = low.prepare(funcs, consts)
             low.launch(funcs, state, arrays, out)  # warm-up
@@ -86,9 +106,9 @@ def record(m: int, k: int, n: int, repeat: int) -> dict:
         except Exception as e:  # a failing config is data too
             print(f"config {i} failed: {type(e).__name__}: {e}", file=sys.stderr)
             lat.append(None)
-        if i % 500 == 0:
-            print(f"{m}x{k}x{n}: {i}/{len(space)} configs, {time.time() - t_start:.0f} s", file=sys.stderr)
-    return {"workload": wl.to_json(), "template": "dense", "shape": [m, k, n],
+        if i % 200 == 0:
+            print(f"{wl.describe()}: {i}/{len(space)} configs, {time.time() - t_start:.0f} s", file=sys.stderr)
+    return {"workload": wl.to_json(), "template": template.name,
             "knobs": [[kb.name, list(kb.options), kb.code_shape] for kb in space.knobs],
             "latency_us": lat, "compile_s": compile_s, "repeat": repeat,
             "recorded_s": round(time.time() - t_start, 1)}
@@ -109,7 +129,8 @@ def drop_blas(d: dict) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--shape", action="append", required=True, help="MxKxN")
+    p.add_argument("--shape", action="append", default=[], help="dense MxKxN (+bias)")
+    p.add_argument("--resnet-conv", action="store_true", help="also the ResNet-18 layer1 3x3 conv (conv2d template)")
     p.add_argument("--out", default=str(Path(__file__).parent / "data"))
     p.add_argument("--repeat", type=int, default=3)
     a = p.parse_args()
@@ -117,6 +138,13 @@ def main() -> None:
         m, k, n = (int(x) for x in s.split("x"))
         d = record(m, k, n, a.repeat)
         path = Path(a.out) / f"dense_{m}x{k}x{n}.json"
+        path.write_text(json.dumps(d, separators=(",", ":")))
+        print(f"wrote {path} ({path.stat().st_size // 1024} KB, {d['recorded_s']} s)", file=sys.stderr)
+    if a.resnet_conv:
+        conv = get_template("conv2d")
+        wl = resnet_conv_workload()
+        d = record_workload(conv, wl, conv.space(wl), a.repeat)
+        path = Path(a.out) / "conv2d_resnet18_layer1.json"
         path.write_text(json.dumps(d, separators=(",", ":")))
         print(f"wrote {path} ({path.stat().st_size // 1024} KB, {d['recorded_s']} s)", file=sys.stderr)
 

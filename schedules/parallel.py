@@ -30,8 +30,13 @@ def _get_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def parallel_for(fn, args: tuple, threads: int) -> None:
-    """fn(*args, t, threads) for t in range(threads); the calling thread runs t = 0."""
+def parallel_for(fn, args: tuple, threads: int, items: int | None = None) -> None:
+    """fn(*args, t, T) for t in range(T); the calling thread runs t = 0.
+
+    T is `threads`, cut to `items` (the work items the kernel strides over) when
+    given: waking a thread for no work costs more than a small kernel runs."""
+    if items is not None:
+        threads = min(threads, items)
     if threads <= 1:
         fn(*args, 0, 1)
         return

@@ -100,8 +100,9 @@ class DenseTemplate(Template):
             extras = [state[e.param] if e.param in state else e.view(arrays[e.input_index], M, N)
                       for e in epi.extras]
             Cp = np.empty((M, N) if KB < K else (1, 1), np.float32)
-            parallel_for(funcs["pack_a"], (A, Ap, M, K), threads)
-            parallel_for(funcs["blocks"], (Ap, Bp, *extras, out.reshape(M, N), Cp, M, N, K, MB, NB, KB), threads)
+            parallel_for(funcs["pack_a"], (A, Ap, M, K), threads, n_mt)
+            parallel_for(funcs["blocks"], (Ap, Bp, *extras, out.reshape(M, N), Cp, M, N, K, MB, NB, KB), threads,
+                         -(-n_mt // MB) * -(-n_nt // NB))
 
         return Lowered(module, prepare, launch)
 
@@ -122,7 +123,7 @@ class DenseTemplate(Template):
             np.matmul(A, B, out=out2)
             if epi.steps:
                 extras = [e.view(arrays[e.input_index], M, N) for e in epi.extras]
-                parallel_for(funcs["epilogue"], (out2, *extras, M, N), threads)
+                parallel_for(funcs["epilogue"], (out2, *extras, M, N), threads, M)
 
         return Lowered(module, prepare, launch)
 

@@ -35,8 +35,8 @@ def load_onnx(model) -> onnx.ModelProto:
             proto = onnx.load(where)
         except Exception as e:  # protobuf raises several unrelated types
             raise ModelError(f"model file '{where}' is not a valid ONNX file: {type(e).__name__}: {e}") from None
-    try:
-        onnx.checker.check_model(proto)
+    try:  # given a path, the C++ checker reads the file itself (no re-serializing big weights)
+        onnx.checker.check_model(where if not isinstance(model, onnx.ModelProto) else proto)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"model '{where}' fails onnx.checker: {first}") from None
@@ -122,6 +122,10 @@ def import_onnx(model, dims: dict[str, DimRange] | None = None) -> Graph:
 def _onnx_inferred(proto, g) -> list:
     """onnx.shape_inference's value_info for values the model leaves unannotated: the
     types of ops we do not know (opaque ops) come from here."""
+    from ir.ops import OPS
+    if all(n.op_type in OPS or n.op_type == "Constant" for n in g.node if n.domain in ("", "ai.onnx")) \
+            and all(n.domain in ("", "ai.onnx") for n in g.node):
+        return []  # every op has a shape function of ours: skip the (slow on big models) ONNX pass
     known = {vi.name for vi in list(g.value_info) + list(g.output)}
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True).graph.value_info

@@ -50,7 +50,7 @@ def flush_caches(nbytes: int = 64 << 20) -> None:
     starts cold (as a kernel does after other layers ran)."""
     buf = _FLUSH.get(nbytes)
     if buf is None:
-        buf = _FLUSH[nbytes] = np.empty(nbytes // 8, np.float64)
+        buf = _FLUSH[nbytes] = np.zeros(nbytes // 8, np.float64)
     buf += 1.0
 
 

@@ -119,16 +119,36 @@ def import_onnx(model, dims: dict[str, DimRange] | None = None) -> Graph:
     return graph
 
 
+def _without_big_weights(proto: onnx.ModelProto, limit: int = 4096) -> onnx.ModelProto:
+    """A copy whose large initializers are typed graph inputs instead: shape inference
+    needs their shapes, not their bytes (copying 47 MB of ResNet weights cost ~1 s).
+    Small ones stay, since data propagation reads shape tensors' values."""
+    big = [t for t in proto.graph.initializer if len(t.raw_data) > limit]
+    if not big:
+        return proto
+    light = onnx.ModelProto()
+    light.ir_version, light.producer_name = proto.ir_version, proto.producer_name
+    light.opset_import.extend(proto.opset_import)
+    g = light.graph
+    g.name = proto.graph.name
+    g.node.extend(proto.graph.node)
+    g.input.extend(proto.graph.input)
+    g.output.extend(proto.graph.output)
+    g.value_info.extend(proto.graph.value_info)
+    names = {t.name for t in big}
+    declared = {vi.name for vi in proto.graph.input}
+    g.initializer.extend(t for t in proto.graph.initializer if t.name not in names)
+    g.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                   for t in big if t.name not in declared)
+    return light
+
+
 def _onnx_inferred(proto, g) -> list:
     """onnx.shape_inference's value_info for values the model leaves unannotated: the
     types of ops we do not know (opaque ops) come from here."""
-    from ir.ops import OPS
-    if all(n.op_type in OPS or n.op_type == "Constant" for n in g.node if n.domain in ("", "ai.onnx")) \
-            and all(n.domain in ("", "ai.onnx") for n in g.node):
-        return []  # every op has a shape function of ours: skip the (slow on big models) ONNX pass
     known = {vi.name for vi in list(g.value_info) + list(g.output)}
     try:
-        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True).graph.value_info
+        inferred = onnx.shape_inference.infer_shapes(_without_big_weights(proto), data_prop=True).graph.value_info
     except Exception:
         return []
     return [vi for vi in inferred if vi.name not in known]

@@ -137,10 +137,15 @@ def _run(args) -> int:
         print(f"stopped: {reports.stopped}")
     est = estimated_latency(reports)
     if args.measure_runs > 0 and reports:
-        measured = measure_model_latency(args.model, db, dims, points[0], runs=args.measure_runs)
-        print(f"end-to-end at {points[0] or 'static shape'}: estimated {_ms(est)} (tuned kernels only), "
-              f"measured {_ms(measured)} (whole model, median of {args.measure_runs} runs)")
-        if args.log_file:
+        try:
+            measured = measure_model_latency(args.model, db, dims, points[0], runs=args.measure_runs)
+        except Exception as e:  # tuning results are stored; a failing model run must not hide that
+            print(f"end-to-end latency not measured: {type(e).__name__}: {e}", file=sys.stderr)
+            measured = None
+        if measured is not None:
+            print(f"end-to-end at {points[0] or 'static shape'}: estimated {_ms(est)} (tuned kernels only), "
+                  f"measured {_ms(measured)} (whole model, median of {args.measure_runs} runs)")
+        if args.log_file and measured is not None:
             import json
             import time
             with open(args.log_file, "a") as f:

@@ -227,6 +227,8 @@ def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Targe
                           compile_s=r.compile_s, error=r.error[:200], best=rep.best)
             t0 = time.perf_counter()
             strategy.update(results)
+            if opts.transfer:
+                _share(i, results, reports, strategies)
             timing.model_s += time.perf_counter() - t0
             scheduler.update(i, len(results), rep.best)
             spent += len(results)
@@ -254,6 +256,18 @@ def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Targe
         if own_runner:
             runner.close()
     return reports
+
+
+def _share(i: int, results, reports, strategies) -> None:
+    """Transfer within a run: results of task i become prior rows of the other
+    model-guided tasks of the same template (other shapes learn from this one)."""
+    src = strategies[i]
+    if not hasattr(src, "featurize"):
+        return
+    rows = [(src.featurize.row(r.input.config), r.median, reports[i].task.workload.key) for r in results]
+    for j, rep in enumerate(reports):
+        if j != i and rep.task.template.name == reports[i].task.template.name and hasattr(strategies[j], "add_prior"):
+            strategies[j].add_prior(rows)
 
 
 def _next_configs(rep: TaskReport, strategy, n: int):

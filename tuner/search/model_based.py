@@ -59,6 +59,11 @@ class ModelGuidedSearch(SearchStrategy):
             self.built.add(self.space.code_key(r.input.config))
         self.new_since_fit += len(results)
 
+    def add_prior(self, rows) -> None:
+        """More transfer rows (features, latency, group), e.g. results of another task of
+        the same template measured in this run; used from the next fit on."""
+        self.prior.extend(rows)
+
     def _data(self):
         xs, ys, gs = [], [], []
         if self.history:

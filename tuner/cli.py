@@ -16,8 +16,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--db", default=None, help="SQLAlchemy URL (default $TENSORTUNE_DB or sqlite:///tuning.db)")
     p.add_argument("--dim", action="append", metavar="NAME=LO:HI", help="declare a dynamic dim's range")
     p.add_argument("--shape", action="append", metavar="NAME=V1,V2", help="dim sizes to tune for (default 32)")
-    p.add_argument("--strategy", default="random",
-                   help="search strategy: random, grid, ga (genetic), xgb (cost-model guided); default random")
+    p.add_argument("--strategy", default="xgb",
+                   help="search strategy: random, grid, ga (genetic), xgb (cost-model guided); default xgb")
     p.add_argument("--cost-model", default="xgb",
                    help="model of --strategy xgb: xgb (rank:pairwise), xgb-reg (squared error), random")
     p.add_argument("--no-transfer", action="store_true",

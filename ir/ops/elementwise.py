@@ -102,7 +102,28 @@ _unary("Log", lambda n, x: np.log(x), lambda n, a: f"math.log({a[0]})", 8)
 _unary("Sqrt", lambda n, x: np.sqrt(x), lambda n, a: f"math.sqrt({a[0]})", 4)
 _unary("Reciprocal", lambda n, x: 1 / x, lambda n, a: f"({f32(1)} / {a[0]})", 4)
 _unary("Tanh", lambda n, x: np.tanh(x), lambda n, a: f"math.tanh({a[0]})", 8)
-_unary("Erf", lambda n, x: _erf(x), lambda n, a: f"math.erf({a[0]})", 8)
+# erf as a clamped odd/even rational polynomial in float32 (the coefficients Eigen and
+# XLA use; max abs error 4.2e-7 here): only mul/add/div, so LLVM vectorizes it, where
+# a `math.erf` call per element ran ~3x slower than the whole fused dense kernel.
+_ERF_P = (-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04, -5.69250639462346e-05,
+          -2.10102402082508e-06, 2.77068142495902e-08, -2.72614225801306e-10)
+_ERF_Q = (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03, -2.13374055278905e-04,
+          -1.45660718464996e-05)
+
+
+def erf_expr(x: str) -> str:
+    c = f"min(max({x}, {f32(-4)}), {f32(4)})"
+    x2 = f"({c} * {c})"
+
+    def horner(coefs):
+        e = f32(coefs[-1])
+        for k in reversed(coefs[:-1]):
+            e = f"({e} * {x2} + {f32(k)})"
+        return e
+    return f"({c} * {horner(_ERF_P)} / {horner(_ERF_Q)})"
+
+
+_unary("Erf", lambda n, x: _erf(x), lambda n, a: erf_expr(a[0]), 8)
 _unary("Sigmoid", lambda n, x: 1 / (1 + np.exp(-x)),
        lambda n, a: f"({f32(1)} / ({f32(1)} + math.exp(-{a[0]})))", 8)
 _unary("Softplus", lambda n, x: np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0),
@@ -146,7 +167,7 @@ def _gelu_expr(n, a):
     if n.attrs.get("approximate", "none") == "tanh":
         return (f"({f32(0.5)} * {x} * ({f32(1)} + math.tanh({f32(math.sqrt(2 / math.pi))} * "
                 f"({x} + {f32(0.044715)} * {x} * {x} * {x}))))")
-    return f"({f32(0.5)} * {x} * ({f32(1)} + math.erf({x} * {f32(1 / math.sqrt(2))})))"
+    return f"({f32(0.5)} * {x} * ({f32(1)} + {erf_expr(f'({x} * {f32(1 / math.sqrt(2))})')}))"
 
 
 _unary("Gelu", _gelu, _gelu_expr, 10)

@@ -61,7 +61,8 @@ class DenseTemplate(Template):
     def default_config(self, wl: Workload) -> Config:
         space = self.space(wl)
         kb = min(space.knobs[5].options, key=lambda v: abs(v - 256))
-        return space.validate({"regtile": "4x16", "order": "ij", "parallel": True,
+        # threads pay off only when each gets real work (~1 ms of it): waking one costs ~20 us
+        return space.validate({"regtile": "4x16", "order": "ij", "parallel": wl.flops() >= 50_000_000,
                                "MB": 4, "NB": 4, "KB": kb})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:

@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 
-from ir.errors import TensortuneError
+from ir.errors import TensortuneError, run_cli
 
 
 def _parser():
@@ -60,18 +60,7 @@ def id_bound(graph, name: str) -> int:
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        return _run(args)
-    except TensortuneError as e:
-        print(f"tune-run: error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:
-        if os.environ.get("TENSORTUNE_DEBUG"):
-            raise
-        print(f"tune-run: internal error: {type(e).__name__}: {e} (set TENSORTUNE_DEBUG=1 for a traceback)",
-              file=sys.stderr)
-        return 1
+    return run_cli("tune-run", _run, _parser().parse_args(argv))
 
 
 def _default_db(args):

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from ir.errors import TensortuneError
+from ir.errors import TensortuneError, run_cli
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -80,21 +79,8 @@ def main(argv=None) -> int:
         argv = ["--show-graph", "--model"] + argv[1:] if len(argv) > 1 and not argv[1].startswith("-") else \
             ["--show-graph"] + argv[1:]
     args = _parser().parse_args(argv)
-    try:
-        return _run(args)
-    except TensortuneError as e:
-        print(f"tune: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("tune: interrupted; every finished measurement is in the database (run again to resume)",
-              file=sys.stderr)
-        return 130
-    except Exception as e:
-        if os.environ.get("TENSORTUNE_DEBUG"):
-            raise
-        print(f"tune: internal error: {type(e).__name__}: {e} (set TENSORTUNE_DEBUG=1 for a traceback)",
-              file=sys.stderr)
-        return 1
+    return run_cli("tune", _run, args,
+                   interrupted="every finished measurement is in the database (run again to resume)")
 
 
 def _run(args) -> int:

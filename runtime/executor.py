@@ -31,6 +31,9 @@ from ir.reference import bind_inputs
 from ir.shapes import bind
 from ir.workload import make_workload
 from runtime.choose import REFERENCE, Chooser
+
+STATIC, VIEW = "static", "view"   # shape computations folded per shape; reshapes run as views
+_VIEW_OPS = ("Reshape", "Unsqueeze", "Squeeze", "Flatten")
 from runtime.memory import MemoryPlan, plan_memory
 
 
@@ -49,7 +52,7 @@ def run_node(g: Graph, node, args: list) -> tuple[list, bool]:
 @dataclass
 class Step:
     subgraph: FusedSubgraph
-    kind: str                     # tuned | nearest | default | reference
+    kind: str                     # tuned | nearest | default | static | view | reference
     index: int = 0                # position in CompiledModel.subgraphs
     kernel: object = None         # BoundKernel, or None on the reference path
     name: str = ""
@@ -69,6 +72,8 @@ class Program:
     memory: MemoryPlan | None = None
     arena: np.ndarray | None = None
     fallback_nodes: list = field(default_factory=list)
+    static: dict = field(default_factory=dict)         # slot -> value computed at build time
+    static_steps: list = field(default_factory=list)   # the steps those came from (for coverage)
 
 
 @dataclass
@@ -100,7 +105,7 @@ class Coverage:
         total = sum(self.nodes.values())
         parts = [f"{k}: {self.counts[k]} subgraphs / {self.nodes[k]} nodes ({self.nodes[k] / total:.0%} of nodes, "
                  f"{self.time_share(k):.0%} of time)"
-                 for k in ("tuned", "nearest", "default", "reference") if self.counts.get(k)]
+                 for k in ("tuned", "nearest", "default", "static", "view", "reference") if self.counts.get(k)]
         return "; ".join(parts)
 
 
@@ -207,11 +212,19 @@ class CompiledModel:
     def _build(self, sizes: dict[str, int]) -> Program:
         g = self.graph
         steps: list[Step] = []
+        static: dict[str, np.ndarray] = {}
+        static_steps: list[Step] = []
         for k, sg in enumerate(self.subgraphs):
             wl = make_workload(g, sg, sizes)
             choice = self.chooser.choose(wl)
             step = Step(sg, choice.kind, k, name=str(sg), in_slots=[self._slot[i] for i in sg.inputs])
-            if choice.kind == REFERENCE:
+            if choice.kind == REFERENCE and self._fold_static(sg, sizes, static):
+                step.kind = STATIC
+                static_steps.append(step)
+                continue
+            if choice.kind == REFERENCE and len(sg.nodes) == 1 and sg.nodes[0].op in _VIEW_OPS:
+                step.kind = VIEW   # a reshape: metadata only, NumPy returns a view
+            elif choice.kind == REFERENCE:
                 if self.strict:
                     raise FallbackError(f"--strict: subgraph '{sg.name}' ({wl.describe()}) has no template "
                                         "and would run on the NumPy reference path")
@@ -219,9 +232,40 @@ class CompiledModel:
                 step.kernel = self._bound(k, choice.template, wl, choice.config, sg)
                 step.out_shape, step.out_dtype = tuple(wl.output_shape), wl.output_dtype
             steps.append(step)
-        prog = Program(sizes, steps)
+        prog = Program(sizes, steps, static={self._slot[v]: a for v, a in static.items()},
+                       static_steps=static_steps)
         self._plan(prog)
         return prog
+
+    def _fold_static(self, sg: FusedSubgraph, sizes: dict, static: dict) -> bool:
+        """Evaluate a shape computation (Shape of a value, then ops on constants) once per
+        concrete shape: its result depends on the sizes only, never on the data."""
+        g = self.graph
+        if sg.output in g.outputs:
+            return False
+        local: dict[str, np.ndarray] = {}
+        for n in sg.nodes:
+            args = []
+            for k, i in enumerate(n.inputs):
+                if not i:
+                    args.append(None)
+                elif i in local or i in static or i in g.constants:
+                    args.append(local.get(i, static.get(i, g.constants.get(i))))
+                elif n.op == "Shape" and k == 0:
+                    try:
+                        t = g.type_of(i)
+                        args.append(np.empty(bind(t.shape, sizes), t.dtype))  # only its shape is read
+                    except Exception:
+                        return False
+                else:
+                    return False
+            try:
+                outs, _ = run_node(g, n, args)
+            except Exception:
+                return False
+            local.update({o: np.asarray(v) for o, v in zip(n.outputs, outs) if o})
+        static[sg.output] = local[sg.output]
+        return True
 
     def _handed_on(self, step: Step) -> list[str]:
         return [step.subgraph.output] if step.kernel is not None else self._read_outside[step.index]
@@ -301,6 +345,8 @@ class CompiledModel:
         with self._lock:
             prog = self.program(sizes)
             env = list(self._env0)
+            for s_, v in prog.static.items():
+                env[s_] = v
             slot = self._slot
             for k, v in feeds.items():
                 env[slot[k]] = v
@@ -350,7 +396,7 @@ class CompiledModel:
         progs = [self.program(sizes)] if sizes is not None else list(self._programs.values())
         counts, nodes, secs, fb = {}, {}, {}, []
         for p in progs:
-            for s in p.steps:
+            for s in p.steps + p.static_steps:
                 counts[s.kind] = counts.get(s.kind, 0) + 1
                 nodes[s.kind] = nodes.get(s.kind, 0) + len(s.subgraph.nodes)
                 secs[s.kind] = secs.get(s.kind, 0.0) + s.seconds

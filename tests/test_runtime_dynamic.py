@@ -168,3 +168,33 @@ def test_plan_from_other_target_strict_fails(plan_file, model, tmp_path):
         warnings.simplefilter("always")
         runtime.load(model, plan=other)
     assert any("tuned on target" in str(x.message) for x in w)
+
+
+def test_shape_computations_fold_per_shape_and_reshapes_run_as_views():
+    """BERT-style position slicing reads Shape(input_ids): computed once per concrete
+    shape at build time, never on the reference path; the mask Unsqueeze is a view."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    table = np.arange(64 * 4, dtype=np.float32).reshape(64, 4)
+    nodes = [helper.make_node("Shape", ["ids"], ["shp"]),
+             helper.make_node("Gather", ["shp", "one"], ["seq"], axis=0),
+             helper.make_node("Unsqueeze", ["seq", "ax0"], ["seq1"]),
+             helper.make_node("Slice", ["table", "zero1", "seq1"], ["pos"]),
+             helper.make_node("Unsqueeze", ["ids", "ax12"], ["mask"]),
+             helper.make_node("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["pos", "maskf"], ["out"])]
+    inits = [numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array([0], np.int64), "ax0"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero1"),
+             numpy_helper.from_array(np.array([2], np.int64), "ax12")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "s"])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["b", "s", 4])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m = runtime.load(model)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for b, s in [(2, 5), (1, 11)]:
+        ids = np.random.default_rng(s).integers(0, 3, size=(b, s)).astype(np.int64)
+        np.testing.assert_allclose(m(ids=ids), sess.run(None, {"ids": ids})[0], rtol=1e-6)
+        cov = m.coverage({"b": b, "s": s})
+        assert "reference" not in cov.counts
+        assert cov.counts.get("static", 0) >= 1

@@ -102,7 +102,8 @@ class Workload:
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         rng = np.random.default_rng(seed)
-        return [rng.uniform(-1, 1, size=tuple(i["shape"])).astype(i["dtype"]) for i in self.inputs]
+        return [np.array(i["value"], dtype=i["dtype"]).reshape(i["shape"]) if "value" in i
+                else rng.uniform(-1, 1, size=tuple(i["shape"])).astype(i["dtype"]) for i in self.inputs]
 
     def flops(self) -> int:
         total = 0
@@ -128,6 +129,9 @@ def _sym(d) -> object:
     return d if isinstance(d, int) else str(d)
 
 
+SMALL_CONST = 64  # integer constants up to this size are stored in the workload by value
+
+
 def make_workload(g: Graph, sg: FusedSubgraph, sizes: dict[str, int]) -> Workload:
     """Describe subgraph `sg` of `g` at the concrete dim sizes `sizes`."""
     local = {name: f"i{k}" for k, name in enumerate(sg.inputs)}
@@ -139,7 +143,11 @@ def make_workload(g: Graph, sg: FusedSubgraph, sizes: dict[str, int]) -> Workloa
     inputs = []
     for name in sg.inputs:
         t = g.type_of(name)
-        inputs.append({"shape": list(bind(t.shape, sizes)), "sym": [_sym(d) for d in t.shape],
-                       "dtype": t.dtype, "const": name in g.constants})
+        spec = {"shape": list(bind(t.shape, sizes)), "sym": [_sym(d) for d in t.shape],
+                "dtype": t.dtype, "const": name in g.constants}
+        value = g.constants.get(name)
+        if value is not None and value.dtype.kind in "iub" and value.size <= SMALL_CONST:
+            spec["value"] = value.tolist()  # shape/axes/index operands are part of the computation
+        inputs.append(spec)
     out = g.type_of(sg.output)
     return Workload(tuple(ops), tuple(inputs), bind(out.shape, sizes), out.dtype)

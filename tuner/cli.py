@@ -138,7 +138,7 @@ def _run(args) -> int:
                 f.write(json.dumps({"time": time.time(), "event": "model_latency", "estimated": est,
                                     "measured": measured, "sizes": points[0]}) + "\n")
     if uncovered:
-        print(f"{len(uncovered)} subgraph(s) have no template and run on the reference path: "
+        print(f"{len(uncovered)} subgraph(s) have no template (shape computations fold once per shape at run time, reshapes run as views, anything else on the NumPy reference path): "
               + ", ".join(sorted({str(sg) for sg in uncovered})))
     print(f"results in {db.url}")
     if args.plan:

@@ -62,3 +62,9 @@ def test_non_contiguous_axes_fall_back():
     wl = make_wl([("ReduceSum", ["i0"], {"axes": [0, 2], "keepdims": 1})], [((2, 3, 4), "float32", False)])
     assert not RED.matches(wl)
     assert not RED.matches(make_wl([("Softmax", ["i0"], {"axis": 0})], [((3, 4), "float32", False)]))
+
+
+def test_layernorm_over_a_size_one_axis():
+    """Found by the property test in CI: normalizing over one element (h = 1)."""
+    wl = layernorm(1, 1, 1)
+    check(RED, wl, RED.default_config(wl))

@@ -184,7 +184,7 @@ def _norm_shape(xshape, L):
     """LayerNormalization's scale/bias are broadcast over the normalized (trailing) dims."""
     tail, size = [], 1
     for d in reversed(xshape):
-        if size >= L:
+        if size >= L and tail:
             break
         tail.insert(0, d)
         size *= d

@@ -96,7 +96,24 @@ def partition(g: Graph) -> list[FusedSubgraph]:
                 if i and i not in produced and i not in seen:
                     seen.append(i)
         grp.inputs = seen
-    return groups
+    return topo_order(g, groups)
+
+
+def topo_order(g: Graph, subgraphs: list[FusedSubgraph]) -> list[FusedSubgraph]:
+    """Subgraphs in an order where each runs after the producers of its inputs
+    (a group that absorbed a later node may need a value made by a group created after it)."""
+    from ir.errors import ShapeError
+    made_by = {o: k for k, sg in enumerate(subgraphs) for n in sg.nodes for o in n.outputs if o}
+    deps = [{made_by[i] for n in sg.nodes for i in n.inputs if i in made_by and made_by[i] != k}
+            for k, sg in enumerate(subgraphs)]
+    order, done = [], set()
+    while len(order) < len(subgraphs):
+        ready = next((k for k in range(len(subgraphs)) if k not in done and deps[k] <= done), None)
+        if ready is None:
+            raise ShapeError("the partition has a cycle between subgraphs")
+        order.append(ready)
+        done.add(ready)
+    return [subgraphs[k] for k in order]
 
 
 def subgraph_flops(g: Graph, sg: FusedSubgraph):

@@ -24,7 +24,7 @@ import numpy as np
 from codegen import compile_kernel
 from codegen.kernel import BoundKernel
 from ir.errors import ShapeError, TensortuneError
-from ir.fusion import FusedSubgraph
+from ir.fusion import FusedSubgraph, topo_order
 from ir.graph import Graph
 from ir.ops import BROADCAST, ELEMWISE, OPS
 from ir.reference import bind_inputs
@@ -107,22 +107,6 @@ class Coverage:
                  f"{self.time_share(k):.0%} of time)"
                  for k in ("tuned", "nearest", "default", "static", "view", "reference") if self.counts.get(k)]
         return "; ".join(parts)
-
-
-def topo_order(g: Graph, subgraphs: list[FusedSubgraph]) -> list[FusedSubgraph]:
-    """Subgraphs in an order where each runs after the producers of its inputs
-    (a group that absorbed a later node may need a value made by a group created after it)."""
-    made_by = {o: k for k, sg in enumerate(subgraphs) for n in sg.nodes for o in n.outputs if o}
-    deps = [{made_by[i] for n in sg.nodes for i in n.inputs if i in made_by and made_by[i] != k}
-            for k, sg in enumerate(subgraphs)]
-    order, done = [], set()
-    while len(order) < len(subgraphs):
-        ready = next((k for k in range(len(subgraphs)) if k not in done and deps[k] <= done), None)
-        if ready is None:
-            raise TensortuneError("the partition has a cycle between subgraphs")
-        order.append(ready)
-        done.add(ready)
-    return [subgraphs[k] for k in order]
 
 
 def _pointwise(sg: FusedSubgraph) -> bool:

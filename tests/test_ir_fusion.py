@@ -73,3 +73,15 @@ def test_describe_partition_groups_by_signature_and_lists_fallbacks():
     row = next(line for line in lines if "MatMul + Relu" in line)
     assert " 3 " in row and "528*N" in row  # 2*16*16 + 16 (Relu) and "float32[N, 16]" in row
     assert lines[-1] == "fallback to onnx.reference: Celu"
+
+
+def test_partition_comes_in_dependency_order():
+    """A residual Add absorbed by a later conv group reads the downsample branch's output:
+    the partition must list that branch first (it once came after, and the executor failed)."""
+    from ir import import_onnx, simplify
+    from tests.models import make_resnet18
+    g = simplify(import_onnx(make_resnet18(image=32)))
+    made = set(g.inputs) | set(g.constants)
+    for sg in partition(g):
+        assert set(sg.inputs) <= made, (str(sg), set(sg.inputs) - made)
+        made |= {o for n in sg.nodes for o in n.outputs if o}

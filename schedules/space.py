@@ -96,9 +96,10 @@ class ConfigSpace:
         for i in range(len(self)):
             yield self.get(i)
 
-    def get(self, index: int) -> Config:
+    def get(self, index: int, order: Sequence[Knob] | None = None) -> Config:
+        """The config at `index`; the first knob of `order` (default: the space's) varies fastest."""
         values = {}
-        for k in self.knobs:
+        for k in order or self.knobs:
             index, r = divmod(index, len(k.options))
             values[k.name] = k.options[r]
         return Config(values)

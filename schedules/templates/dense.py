@@ -14,7 +14,7 @@ import numpy as np
 from ir.workload import Workload
 from schedules.parallel import num_threads, parallel_for
 from schedules.epilogue import Epilogue, as_kernel_array, parse_epilogue
-from schedules.loopnest import PARALLEL, SERIAL, Alloc, Assign, Call, Comment, For, Function, If, LoopModule, Param
+from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob, split_options
 from schedules.template import Lowered, Template
@@ -86,11 +86,7 @@ class DenseTemplate(Template):
             return Bp
 
         def prepare(funcs, arrays):
-            state = {"Bp": pack_b(funcs, arrays[1]) if b_const else None}
-            for e in epi.extras:
-                if wl.inputs[e.input_index]["const"] and e.mode != "full" and e.mode != "col":
-                    state[e.param] = e.view(arrays[e.input_index], 0, 0)
-            return state
+            return {"Bp": pack_b(funcs, arrays[1]) if b_const else None, **_const_extras(wl, epi, arrays)}
 
         def launch(funcs, state, arrays, out):
             A = as_kernel_array(arrays[0]).reshape(-1, K)
@@ -98,8 +94,7 @@ class DenseTemplate(Template):
             n_mt, n_nt = -(-M // mr), -(-N // nr)
             Ap = np.empty((n_mt, K, mr), np.float32)
             Bp = state["Bp"] if b_const else pack_b(funcs, arrays[1])
-            extras = [state[e.param] if e.param in state else e.view(arrays[e.input_index], M, N)
-                      for e in epi.extras]
+            extras = _extras(epi, state, arrays, M, N)
             Cp = np.empty((M, N) if KB < K else (1, 1), np.float32)
             parallel_for(funcs["pack_a"], (A, Ap, M, K), threads, n_mt)
             parallel_for(funcs["blocks"], (Ap, Bp, *extras, out.reshape(M, N), Cp, M, N, K, MB, NB, KB), threads,
@@ -114,7 +109,8 @@ class DenseTemplate(Template):
                             meta={"template": f"dense v{self.version}"})
 
         def prepare(funcs, arrays):
-            return {"B": as_kernel_array(arrays[1]) if wl.inputs[1]["const"] else None}
+            return {"B": as_kernel_array(arrays[1]) if wl.inputs[1]["const"] else None,
+                    **_const_extras(wl, epi, arrays)}
 
         def launch(funcs, state, arrays, out):
             A = as_kernel_array(arrays[0]).reshape(-1, K)
@@ -123,10 +119,21 @@ class DenseTemplate(Template):
             out2 = out.reshape(M, N)
             np.matmul(A, B, out=out2)
             if epi.steps:
-                extras = [e.view(arrays[e.input_index], M, N) for e in epi.extras]
+                extras = _extras(epi, state, arrays, M, N)
                 parallel_for(funcs["epilogue"], (out2, *extras, M, N), threads, M)
 
         return Lowered(module, prepare, launch)
+
+
+def _const_extras(wl: Workload, epi: Epilogue, arrays) -> dict:
+    """Constant epilogue operands whose kernel view does not depend on M (bias, scalars),
+    converted once at prepare time instead of on every call."""
+    return {e.param: e.view(arrays[e.input_index], 0, 0) for e in epi.extras
+            if wl.inputs[e.input_index]["const"] and e.mode in ("row", "scalar")}
+
+
+def _extras(epi: Epilogue, state: dict, arrays, M: int, N: int) -> list:
+    return [state[e.param] if e.param in state else e.view(arrays[e.input_index], M, N) for e in epi.extras]
 
 
 def _epilogue_rows(epi: Epilogue) -> Function:

@@ -16,11 +16,7 @@ class GridSearch(SearchStrategy):
         self.next_index = 0
 
     def _config(self, i: int) -> Config:
-        values = {}
-        for k in self.order:
-            i, r = divmod(i, len(k.options))
-            values[k.name] = k.options[r]
-        return Config(values)
+        return self.space.get(i, self.order)
 
     def propose(self, n: int) -> list[Config]:
         out, taken = [], set()

@@ -2,6 +2,16 @@
 
 A shape is a tuple whose entries are `int` or sympy expressions over the graph's
 dynamic dims (see `ir.shapes`). Passes never mutate a graph; they return a new one.
+
+Control flow: a Loop/If/Scan node keeps its bodies as `ir.Graph` attributes
+(`node.attrs["body"]`, `["then_branch"]`, `["else_branch"]`). A body's `inputs` are
+its formal inputs (Loop: iteration number, condition, carried values; Scan: state,
+then scan slices; If: none); `outer` lists the enclosing graph's values it reads by
+name. Those values are also appended to the node's inputs, after its own ONNX inputs,
+in the order `node.attrs["_outer"]` names them (so passes keep their producers alive
+and order the node after them): to run a body, bind `attrs["_outer"][k]` (the name
+the body uses) to the node's input `len(inputs) - len(_outer) + k`. `body.proto` is
+the body's GraphProto (the onnx.reference fallback runs it as is).
 """
 from __future__ import annotations
 
@@ -56,6 +66,10 @@ class Graph:
     # (dim_a, dim_b, node name): dims two inputs must share, checked when sizes are bound
     constraints: list = field(default_factory=list)
     opset: int = 17  # default-domain opset of the source model (for per-node fallback)
+    # runtime dim name -> the node whose run tells it (no shape function / data-dependent)
+    runtime_dims: dict[str, str] = field(default_factory=dict)
+    outer: list[str] = field(default_factory=list)  # a control-flow body: enclosing values it reads
+    proto: Any = None  # a control-flow body: the GraphProto it was imported from
 
     def copy(self, **changes) -> "Graph":
         g = replace(self, **changes)
@@ -63,7 +77,20 @@ class Graph:
         g.inputs, g.outputs = list(g.inputs), list(g.outputs)
         g.constants, g.types, g.dims, g.hints = dict(g.constants), dict(g.types), dict(g.dims), dict(g.hints)
         g.values, g.constraints = dict(g.values), list(g.constraints)
+        g.runtime_dims, g.outer = dict(g.runtime_dims), list(g.outer)
         return g
+
+    def digest(self) -> str:
+        """A stable content hash (workload keys of nodes that hold bodies use it)."""
+        import hashlib
+        h = hashlib.sha256()
+        if self.proto is not None:
+            h.update(self.proto.SerializeToString(deterministic=True))
+        else:
+            h.update(self.summary().encode())
+            for k in sorted(self.constants):
+                h.update(k.encode() + np.ascontiguousarray(self.constants[k]).tobytes())
+        return h.hexdigest()[:20]
 
     def producers(self) -> dict[str, Node]:
         return {o: n for n in self.nodes for o in n.outputs}

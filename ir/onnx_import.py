@@ -1,4 +1,16 @@
-"""ONNX model -> `ir.Graph`. Dims the model leaves symbolic become sympy symbols."""
+"""ONNX model -> `ir.Graph`. Dims the model leaves symbolic become sympy symbols.
+
+Exporters write "unknown" in several ways; every one of them becomes its own fresh
+symbol: paddle2onnx's `dim_value: -1` (or 0), tf2onnx's `?` and empty names,
+onnx's `unk__N`, and expression strings such as `floor(height/2 - 1/2) + 1`. On a
+graph input the fresh dim is named `<input>_<axis>` (declare it with `--dim x_0=1:8`).
+`value_info` and `onnx.shape_inference` are hints only: shapes come from our shape
+functions, and annotations serve just the ops that have none (their rank and static
+sizes; their symbolic sizes become runtime dims, see `ir.shapes`).
+
+Control-flow bodies (Loop/If/Scan) are imported as `ir.Graph`s, recursively; see
+`ir.graph` for how they name the outer-scope values they read.
+"""
 from __future__ import annotations
 
 import os
@@ -9,18 +21,16 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ir.dtypes import check_runnable, dtype_name
 from ir.errors import ModelError
 from ir.graph import Graph, Node, TensorType
 from ir.shapes import DimRange, symbol
 
-_DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64",
-           onnx.TensorProto.INT64: "int64", onnx.TensorProto.INT32: "int32",
-           onnx.TensorProto.BOOL: "bool", onnx.TensorProto.FLOAT16: "float16",
-           onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
-
-
 # ops whose semantics changed between opsets in a way attributes do not show
 _OPSET_DEPENDENT = {"Softmax", "LogSoftmax", "Hardmax"}
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+# dim_param spellings that mean "unknown" (besides non-identifiers such as expressions)
+_UNNAMED = re.compile(r"^(\?|-1|0|none|null|unk__\d+|unknown|dynamic|n/a)?$", re.IGNORECASE)
 
 
 def load_onnx(model) -> onnx.ModelProto:
@@ -43,27 +53,69 @@ def load_onnx(model) -> onnx.ModelProto:
     return proto
 
 
-def _dim_name(raw: str) -> str:
+def _ident(raw: str) -> str:
     name = re.sub(r"\W", "_", raw)
     return name if name and not name[0].isdigit() else f"d_{name}"
 
 
-def _type_of(vi: onnx.ValueInfoProto, dim_names: dict) -> TensorType | None:
+def is_named_dim(d) -> bool:
+    """A dim_param that names a dim (shared by every axis that uses the name)."""
+    return bool(d.dim_param) and not _UNNAMED.match(d.dim_param.strip()) and d.dim_param.isidentifier()
+
+
+def _input_type(vi: onnx.ValueInfoProto, dims: dict, where: str) -> TensorType | None:
+    """A graph input's type: named dims are shared symbols, unknown ones fresh per axis."""
     t = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type"):
+        raise ModelError(f"{where} '{vi.name}' is not a tensor (sequence/map/optional inputs are not supported)")
+    dtype = dtype_name(t.elem_type, f"{where} '{vi.name}'")
+    check_runnable(dtype, f"{where} '{vi.name}'")
     if not t.HasField("shape"):
         return None
     shape = []
     for axis, d in enumerate(t.shape.dim):
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value > 0:
             shape.append(int(d.dim_value))
+            continue
+        name = _ident(d.dim_param) if is_named_dim(d) else _ident(f"{vi.name}_{axis}")
+        while name in dims and dims[name] != (d.dim_param if is_named_dim(d) else None):
+            name += "_"  # a fresh dim whose name a named dim already took
+        dims[name] = d.dim_param if is_named_dim(d) else None
+        shape.append(symbol(name))
+    return TensorType(tuple(shape), dtype)
+
+
+def _hint_type(vi: onnx.ValueInfoProto, dims: dict) -> TensorType | None:
+    """An annotation: static sizes and the graph's named dims; anything else unknown (None)."""
+    if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return None
+    t = vi.type.tensor_type
+    if t.elem_type not in _KNOWN_TYPES:
+        return None
+    shape = []
+    for d in t.shape.dim:
+        if d.HasField("dim_value") and d.dim_value > 0:
+            shape.append(int(d.dim_value))
+        elif is_named_dim(d) and dims.get(_ident(d.dim_param)) == d.dim_param:
+            shape.append(symbol(_ident(d.dim_param)))
         else:
-            raw = d.dim_param or f"{vi.name}_{axis}"
-            dim_names.setdefault(raw, _dim_name(raw))
-            shape.append(symbol(dim_names[raw]))
-    return TensorType(tuple(shape), _DTYPES.get(t.elem_type, "float32"))
+            shape.append(None)
+    return TensorType(tuple(shape), dtype_name(t.elem_type, vi.name))
 
 
-def _attr_value(a: onnx.AttributeProto):
+def _known_types():
+    from ir.dtypes import DTYPES
+    return set(DTYPES)
+
+
+_KNOWN_TYPES = _known_types()
+
+
+def _attr_value(a: onnx.AttributeProto, scope):
+    if a.type == onnx.AttributeProto.GRAPH:
+        return _import_body(a.g, scope)
+    if a.type == onnx.AttributeProto.GRAPHS:
+        return [_import_body(x, scope) for x in a.graphs]
     v = helper.get_attribute_value(a)
     if isinstance(v, bytes):
         return v.decode()
@@ -74,49 +126,120 @@ def _attr_value(a: onnx.AttributeProto):
     return v
 
 
+class _Scope:
+    """What the graph being imported needs to know of the model: its opset and named dims."""
+
+    def __init__(self, opset: int, dims: dict):
+        self.opset, self.dims = opset, dims
+
+
+def _import_nodes(g: onnx.GraphProto, scope: _Scope, constants: dict) -> list[Node]:
+    nodes = []
+    for i, n in enumerate(g.node):
+        name = n.name or f"{n.op_type}_{i}"
+        attrs = {a.name: _attr_value(a, scope) for a in n.attribute}
+        if n.op_type == "Constant" and n.domain in _DEFAULT_DOMAINS:
+            constants[n.output[0]] = _constant_value(n, attrs)
+            continue
+        inputs = tuple(n.input)
+        bodies = [b for v in attrs.values() for b in (v if isinstance(v, list) else [v]) if isinstance(b, Graph)]
+        if bodies:
+            outer = list(dict.fromkeys(o for b in bodies for o in b.outer))
+            attrs["_outer"] = outer
+            inputs = inputs + tuple(outer)
+        if n.domain not in _DEFAULT_DOMAINS:
+            attrs["_domain"] = n.domain
+        elif n.op_type in _OPSET_DEPENDENT:
+            attrs["_opset"] = scope.opset
+        _check_cast(n, name, attrs)
+        nodes.append(Node(n.op_type, inputs, tuple(n.output), attrs, name))
+    return nodes
+
+
+_DTYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "RandomUniform": "dtype",
+                "RandomNormalLike": "dtype", "RandomUniformLike": "dtype", "Multinomial": "dtype"}
+
+
+def _check_cast(n, name, attrs) -> None:
+    """An op told to make a dtype we cannot run fails here, naming the node."""
+    key = _DTYPE_ATTRS.get(n.op_type)
+    if key and key in attrs and n.domain in _DEFAULT_DOMAINS:
+        where = f"node '{name}' ({n.op_type}) output '{n.output[0]}'"
+        check_runnable(dtype_name(int(attrs[key]), where), where)
+
+
+def _check_constants(constants: dict, consumers_of: dict) -> None:
+    for k, v in constants.items():
+        dtype = "string" if v.dtype.kind in "OSU" else str(v.dtype)
+        users = consumers_of.get(k)
+        check_runnable(dtype, f"constant '{k}'" + (f" (input of node '{users}')" if users else ""))
+
+
+def _import_body(gp: onnx.GraphProto, scope: _Scope) -> Graph:
+    """A control-flow body as an `ir.Graph` whose `outer` lists the enclosing values it reads."""
+    constants = {i.name: numpy_helper.to_array(i) for i in gp.initializer}
+    nodes = _import_nodes(gp, scope, constants)
+    types, inputs = {}, []
+    body_dims = dict(scope.dims)
+    for vi in gp.input:
+        t = _input_type(vi, body_dims, f"input of body '{gp.name}'") if vi.type.HasField("tensor_type") else None
+        if t is not None:
+            types[vi.name] = t
+        inputs.append(vi.name)
+    defined = set(inputs) | set(constants) | {o for n in nodes for o in n.outputs if o}
+    outer = list(dict.fromkeys(i for n in nodes for i in n.inputs if i and i not in defined))
+    outer += [o.name for o in gp.output if o.name not in defined and o.name not in outer]
+    hints = {}
+    for vi in list(gp.value_info) + list(gp.output):
+        t = _hint_type(vi, body_dims)
+        if t is not None:
+            hints[vi.name] = t
+    fresh = {k: DimRange(k) for k in body_dims if k not in scope.dims}
+    return Graph(nodes, inputs, [o.name for o in gp.output], constants, types, fresh, name=gp.name or "body",
+                 hints=hints, opset=scope.opset, outer=outer, proto=gp)
+
+
 def import_onnx(model, dims: dict[str, DimRange] | None = None) -> Graph:
     """Import an ONNX model (path or ModelProto). `dims` declares ranges of symbolic dims."""
     proto = load_onnx(model)
     g = proto.graph
-    dim_names: dict[str, str] = {}
+    opset = next((o.version for o in proto.opset_import if o.domain in _DEFAULT_DOMAINS), 17)
+    input_dims: dict[str, str | None] = {}
     constants = {i.name: numpy_helper.to_array(i) for i in g.initializer}
     types: dict[str, TensorType] = {}
     inputs = []
     for vi in g.input:
         if vi.name in constants:
             continue
-        t = _type_of(vi, dim_names)
+        t = _input_type(vi, input_dims, "graph input")
         if t is None:
             raise ModelError(f"graph input '{vi.name}' has no shape")
         types[vi.name] = t
         inputs.append(vi.name)
+    scope = _Scope(opset, input_dims)
+    nodes = _import_nodes(g, scope, constants)
+    _check_constants(constants, {i: n.name for n in nodes for i in n.inputs})
     hints = {}
-    input_dims = dict(dim_names)  # dims named only in annotations are not graph dims
-    for vi in list(g.value_info) + list(g.output) + _onnx_inferred(proto, g):
-        t = _type_of(vi, dim_names)
+    annotated = list(g.value_info) + list(g.output)
+    if any(_needs_inference(n) for n in nodes):  # only ops without shape functions read hints
+        annotated += _onnx_inferred(proto, g)
+    for vi in annotated:
+        t = _hint_type(vi, input_dims)
         if t is not None:
             hints[vi.name] = t
-    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
-    nodes = []
-    for i, n in enumerate(g.node):
-        attrs = {a.name: _attr_value(a) for a in n.attribute}
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-            constants[n.output[0]] = _constant_value(n, attrs)
-            continue
-        if n.domain not in ("", "ai.onnx"):
-            attrs["_domain"] = n.domain
-        elif n.op_type in _OPSET_DEPENDENT:
-            attrs["_opset"] = opset
-        nodes.append(Node(n.op_type, tuple(n.input), tuple(n.output), attrs, n.name or f"{n.op_type}_{i}"))
     declared = dict(dims or {})
-    ranges = {name: declared.pop(name, DimRange(name)) for name in input_dims.values()}
+    ranges = {name: declared.pop(name, DimRange(name)) for name in input_dims}
     if declared:
         raise ModelError(f"--dim names {sorted(declared)} are not dynamic dims of the model "
                          f"(it has: {sorted(ranges) or 'none'})")
-    graph = Graph(nodes, inputs, [o.name for o in g.output], constants, types, ranges,
-                  name=Path(str(model)).stem if not isinstance(model, onnx.ModelProto) else (g.name or "model"),
-                  hints=hints, opset=opset)
-    return graph
+    return Graph(nodes, inputs, [o.name for o in g.output], constants, types, ranges,
+                 name=Path(str(model)).stem if not isinstance(model, onnx.ModelProto) else (g.name or "model"),
+                 hints=hints, opset=opset)
+
+
+def _needs_inference(n: Node) -> bool:
+    from ir.ops import OPS
+    return n.op not in OPS or "_domain" in n.attrs or "_outer" in n.attrs
 
 
 def _without_big_weights(proto: onnx.ModelProto, limit: int = 4096) -> onnx.ModelProto:
@@ -145,7 +268,7 @@ def _without_big_weights(proto: onnx.ModelProto, limit: int = 4096) -> onnx.Mode
 
 def _onnx_inferred(proto, g) -> list:
     """onnx.shape_inference's value_info for values the model leaves unannotated: the
-    types of ops we do not know (opaque ops) come from here."""
+    ranks and static sizes of ops we have no shape function for."""
     known = {vi.name for vi in list(g.value_info) + list(g.output)}
     try:
         inferred = onnx.shape_inference.infer_shapes(_without_big_weights(proto), data_prop=True).graph.value_info

@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 
+import sympy
+
+from ir.dtypes import check_runnable
 from ir.errors import DataDependentShapeError, ShapeError, UnsupportedOpError
 from ir.graph import Graph, Node, TensorType
 from ir.ops import OPS, VALUE_FNS, get_op, take_constraints
+from ir.ops.registry import runtime_dim
 from ir.patterns import fuse_gelu
-from ir.shapes import format_shape, simplify_dim
+from ir.shapes import dims_equal, format_shape, is_runtime_dim
 
 
 def infer_shapes(g: Graph) -> Graph:
@@ -16,40 +20,91 @@ def infer_shapes(g: Graph) -> Graph:
     Alongside types it tracks the symbolic *values* of small int tensors computed
     from shapes (`g.values`), so Reshape targets built by Shape/Gather/Concat stay
     exact, and collects dim equalities two inputs must satisfy (`g.constraints`).
+    An op without a shape function, or whose output shape depends on data, gets
+    runtime dims (`g.runtime_dims`): its rank and static sizes from the model's
+    annotation, the rest known once it has run.
     """
     g = g.copy()
     g.values = {}
+    g.runtime_dims = {}
     take_constraints()
     for n in g.nodes:
-        in_types = [g.type_of(i) if i else None for i in n.inputs]
+        try:
+            in_types = [g.type_of(i) if i else None for i in n.inputs]
+        except KeyError as e:
+            take_constraints()
+            raise ShapeError(f"node '{n.name}' ({n.op}): input {e} has no known type") from None
         consts = [g.constants.get(i, g.values.get(i)) if i else None for i in n.inputs]
-        if n.op in OPS:
-            try:
-                outs = OPS[n.op].infer(n, in_types, consts)
-            except DataDependentShapeError:
-                if not all(o in g.hints for o in n.outputs if o):
-                    raise
-                outs = [g.hints.get(o) for o in n.outputs]
-            except (ShapeError, UnsupportedOpError):
-                take_constraints()
-                raise
-            except Exception as e:
-                take_constraints()
-                raise ShapeError(f"node '{n.name}' ({n.op}): shape inference failed: {type(e).__name__}: {e}") from None
-        elif all(o in g.hints for o in n.outputs if o):
-            outs = [g.hints.get(o) for o in n.outputs]  # opaque op: trust ONNX's annotation
-        else:
-            raise UnsupportedOpError(f"op '{n.op}' (node '{n.name}') is not supported by tensortune "
-                                     f"and the model does not annotate its output shapes")
+        outs = _infer_node(g, n, in_types, consts)
         for o, t in zip(n.outputs, outs):
             if o and t is not None:
+                check_runnable(t.dtype, f"value '{o}' (output of node '{n.name}', {n.op})")
                 g.types[o] = t
+                for d in t.shape:
+                    if isinstance(d, sympy.Symbol) and is_runtime_dim(d.name):
+                        g.runtime_dims.setdefault(d.name, n.name)
         _propagate_value(g, n, consts, in_types)
     g.constraints = _dedupe(take_constraints())
     for o in g.outputs:
         if o in g.hints and o in g.types:
             _check_agrees(g.types[o], g.hints[o], o)
     return g
+
+
+def _infer_node(g: Graph, n: Node, in_types, consts) -> list:
+    if n.op in OPS:
+        try:
+            return OPS[n.op].infer(n, in_types, consts)
+        except DataDependentShapeError as e:
+            why = str(e)
+        except (ShapeError, UnsupportedOpError):
+            take_constraints()
+            raise
+        except Exception as e:
+            take_constraints()
+            raise ShapeError(f"node '{n.name}' ({n.op}): shape inference failed: {type(e).__name__}: {e}") from None
+    else:
+        why = f"op '{n.op}' has no shape function in tensortune"
+    return _runtime_types(g, n, why)
+
+
+def _runtime_types(g: Graph, n: Node, why: str) -> list:
+    """Output types known only by running the node: the annotation's rank, static sizes and
+    named input dims; every other dim a runtime dim."""
+    outs = []
+    for k, o in enumerate(n.outputs):
+        hint = (g.hints.get(o) or _body_hint(g, n, k)) if o else None
+        if o and hint is None:
+            take_constraints()
+            if n.op not in OPS:
+                raise UnsupportedOpError(f"op '{n.op}' (node '{n.name}') is not supported by tensortune "
+                                         f"and the model does not annotate its output shapes")
+            raise DataDependentShapeError(f"{why}; the model does not annotate output '{o}' (its rank is unknown)")
+        outs.append(None if not o else TensorType(
+            tuple(runtime_dim(n, k, a) if d is None else d for a, d in enumerate(hint.shape)), hint.dtype))
+    return outs
+
+
+def _body_hint(g: Graph, n: Node, k: int) -> TensorType | None:
+    """Rank and dtype of a control-flow output from its body: If takes the then-branch's
+    output; Loop/Scan carried values keep their initial value's rank, and their scan
+    outputs stack the body's per-iteration output (one more axis, first)."""
+    def unknown(t, extra=0):
+        return None if t is None else TensorType((None,) * (t.rank + extra), t.dtype)
+    if n.op == "If" and "then_branch" in n.attrs:
+        body = n.attrs["then_branch"]
+        return unknown(body.hints.get(body.outputs[k])) if k < len(body.outputs) else None
+    if n.op not in ("Loop", "Scan") or "body" not in n.attrs:
+        return None
+    body = n.attrs["body"]
+    own = len(n.inputs) - len(n.attrs.get("_outer", ()))
+    first = 2 if n.op == "Loop" else 0  # Loop's inputs: trip count, condition, carried...
+    n_state = own - first - (int(n.attrs.get("num_scan_inputs", 0)) if n.op == "Scan" else 0)
+    if k < n_state:
+        init = n.inputs[first + k]
+        return unknown(g.type_of(init)) if init and (init in g.types or init in g.constants) else None
+    out = k + (1 if n.op == "Loop" else 0)  # a Loop body's output 0 is the condition
+    return unknown(body.hints.get(body.outputs[out]), extra=1) if out < len(body.outputs) else None
 
 
 def _propagate_value(g: Graph, n: Node, consts, in_types) -> None:
@@ -68,11 +123,11 @@ def _propagate_value(g: Graph, n: Node, consts, in_types) -> None:
 
 def _dedupe(pairs: list) -> list:
     out, seen = [], set()
-    for a, b, where in pairs:
-        key = frozenset((str(a), str(b)))
+    for c in pairs:
+        key = (frozenset(c[:2]), getattr(c, "broadcast", False))
         if key not in seen:
             seen.add(key)
-            out.append((a, b, where))
+            out.append(c)
     return out
 
 
@@ -80,7 +135,7 @@ def _check_agrees(ours: TensorType, theirs: TensorType, name: str) -> None:
     if len(ours.shape) != len(theirs.shape):
         raise ShapeError(f"output '{name}': inferred rank {format_shape(ours.shape)} but the model declares {format_shape(theirs.shape)}")
     for a, b in zip(ours.shape, theirs.shape):
-        if isinstance(a, int) and isinstance(b, int) and a != b:
+        if isinstance(a, int) and isinstance(b, int) and a != b and b > 0:
             raise ShapeError(f"output '{name}': inferred shape {format_shape(ours.shape)} but the model declares {format_shape(theirs.shape)}")
 
 
@@ -137,8 +192,7 @@ def eliminate_dead_code(g: Graph) -> Graph:
 
 
 def _same_shape(a, b) -> bool:
-    return len(a) == len(b) and all(simplify_dim(x - y) == 0 if not (isinstance(x, int) and isinstance(y, int))
-                                    else x == y for x, y in zip(a, b))
+    return len(a) == len(b) and all(dims_equal(x, y) for x, y in zip(a, b))
 
 
 def _is_noop(g: Graph, n: Node) -> bool:
@@ -155,13 +209,27 @@ def _is_noop(g: Graph, n: Node) -> bool:
         return False
     if n.op == "Cast":
         return x.dtype == y.dtype
-    if n.op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Pad", "Slice", "Tile"):
-        return x.dtype == y.dtype and _same_shape(x.shape, y.shape) and (n.op != "Pad" or
-                                                                         n.attrs.get("mode", "constant") == "constant")
+    if n.op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Tile"):
+        return x.dtype == y.dtype and _same_shape(x.shape, y.shape)
+    if n.op in ("Pad", "Slice"):  # same shape is not enough: a reverse slice, pads [-1, +1] move data
+        return x.dtype == y.dtype and _same_shape(x.shape, y.shape) and _moves_nothing(g, n)
     if n.op == "Transpose":
         perm = n.attrs.get("perm")
         return perm is not None and list(perm) == sorted(perm) or (perm is None and x.rank <= 1)
     return False
+
+
+def _moves_nothing(g: Graph, n: Node) -> bool:
+    def ints(i, attr):
+        if len(n.inputs) > i and n.inputs[i]:
+            v = g.constants.get(n.inputs[i])
+            return None if v is None else [int(x) for x in np.asarray(v).reshape(-1)]
+        return list(n.attrs.get(attr, []))
+    if n.op == "Pad":
+        pads = ints(1, "pads")
+        return pads is not None and not any(pads)
+    starts, steps = ints(1, "starts"), ints(4, "steps")
+    return starts is not None and steps is not None and all(s == 1 for s in steps) and all(s == 0 for s in starts)
 
 
 def remove_identities(g: Graph) -> Graph:
@@ -237,31 +305,39 @@ def fold_batchnorm(g: Graph) -> Graph:
 
 def resolve_reshape_targets(g: Graph) -> Graph:
     """A Reshape whose target is computed from shapes (Shape -> Gather -> Concat) gets a constant
-    target instead: symbolic entries equal to the input dim at that axis become 0, at most one
-    other becomes -1. The shape subgraph then dies in DCE, and the Reshape folds into kernels."""
+    target instead, read off its inferred output shape: a static size stays, a dim equal to the
+    input's at that axis becomes 0, and at most one other (symbolic) dim becomes -1. A -1 the
+    target already held is resolved in that output shape, so it never adds a second one (torch's
+    attention targets `Concat(Shape(x)[0], [-1], [h], [64])`). A target with two such dims keeps
+    its shape subgraph (evaluated per shape at run time). The subgraph dies in DCE otherwise."""
     g = g.copy()
     nodes = []
     for n in g.nodes:
         if n.op == "Reshape" and n.inputs[1] not in g.constants and n.inputs[1] in g.values \
                 and not n.attrs.get("allowzero") and n.outputs[0] in g.types:
-            target = list(np.asarray(g.values[n.inputs[1]], dtype=object).reshape(-1))
-            in_shape = g.type_of(n.inputs[0]).shape
-            out, minus = [], 0
-            for i, t in enumerate(target):
-                if isinstance(t, (int, np.integer)):
-                    out.append(int(t))
-                elif i < len(in_shape) and simplify_dim(t - in_shape[i]) == 0:
-                    out.append(0)
-                else:
-                    out.append(-1)
-                    minus += 1
-            if minus <= 1:
+            target = _constant_target(g.type_of(n.inputs[0]).shape, g.types[n.outputs[0]].shape)
+            if target is not None:
                 name = f"{n.name}/target"
-                g.constants[name] = np.asarray(out, dtype=np.int64)
+                g.constants[name] = np.asarray(target, dtype=np.int64)
                 n = Node("Reshape", (n.inputs[0], name), n.outputs, n.attrs, n.name)
         nodes.append(n)
     g.nodes = nodes
     return g
+
+
+def _constant_target(in_shape, out_shape) -> list | None:
+    out, free = [], 0
+    for i, d in enumerate(out_shape):
+        if isinstance(d, int):
+            out.append(d)
+        elif i < len(in_shape) and dims_equal(d, in_shape[i]):
+            out.append(0)
+        else:
+            out.append(-1)
+            free += 1
+    if free > 1 or (0 in [d for d in out_shape if isinstance(d, int)]):
+        return None  # an empty axis: 0 would mean "copy" in the target
+    return out
 
 
 def cancel_transposes(g: Graph) -> Graph:

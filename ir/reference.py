@@ -10,18 +10,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+import sympy
 from onnx import helper, numpy_helper
 
 from ir.errors import ShapeError, UnsupportedOpError
 from ir.graph import Graph, Node
 from ir.ops import OPS
-from ir.shapes import DimRange, bind, format_shape, symbol
-
-_ONNX_TYPES = {"float32": onnx.TensorProto.FLOAT, "float64": onnx.TensorProto.DOUBLE,
-               "int64": onnx.TensorProto.INT64, "int32": onnx.TensorProto.INT32, "bool": onnx.TensorProto.BOOL,
-               "float16": onnx.TensorProto.FLOAT16, "int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8,
-               "int16": onnx.TensorProto.INT16, "uint16": onnx.TensorProto.UINT16,
-               "uint32": onnx.TensorProto.UINT32, "uint64": onnx.TensorProto.UINT64}
+from ir.dtypes import ONNX_TYPES as _ONNX_TYPES
+from ir.graph import Graph as _Graph
+from ir.shapes import DimRange, bind, format_shape, unify
 
 
 @dataclass
@@ -69,7 +66,7 @@ def bind_inputs(g: Graph, feeds: dict[str, np.ndarray]) -> dict[str, int]:
             if isinstance(d, int):
                 if d != v:
                     raise ShapeError(f"input '{name}' axis {axis}: got {v}, expected {d}")
-            elif len(d.free_symbols) == 1 and d == symbol(next(iter(d.free_symbols)).name):
+            elif isinstance(d, sympy.Symbol):
                 dim = d.name
                 if dim in sizes and sizes[dim] != v:
                     raise ShapeError(f"input '{name}' axis {axis}: dim '{dim}' = {v} but another input "
@@ -85,13 +82,15 @@ def bind_inputs(g: Graph, feeds: dict[str, np.ndarray]) -> dict[str, int]:
         if tuple(got) != tuple(np.shape(feeds[name])):
             raise ShapeError(f"input '{name}': got shape {list(np.shape(feeds[name]))}, expected "
                              f"{format_shape(want)} = {list(got)} at {sizes}")
-    for a, b, where in g.constraints:
+    for c in g.constraints:
+        a, b, where = c
         try:
             va, vb = bind((a,), sizes)[0], bind((b,), sizes)[0]
         except ShapeError:
             continue
-        if va != vb:
-            raise ShapeError(f"node '{where}': dims {a} = {va} and {b} = {vb} must agree (sizes {sizes})")
+        if not (c.holds(va, vb) if hasattr(c, "holds") else va == vb):
+            also = " (or one of them be 1)" if getattr(c, "broadcast", False) else ""
+            raise ShapeError(f"node '{where}': dims {a} = {va} and {b} = {vb} must agree{also} (sizes {sizes})")
     return sizes
 
 
@@ -101,6 +100,7 @@ def run_reference(g: Graph, feeds: dict[str, np.ndarray]) -> ReferenceResult:
     env.update({k: np.asarray(v) for k, v in feeds.items()})
     report = FallbackReport(nodes=len(g.nodes))
     t_start = time.perf_counter()
+    tells = set(g.runtime_dims.values())  # nodes whose outputs bind runtime dims
     for n in g.nodes:
         t0 = time.perf_counter()
         args = [env[i] if i else None for i in n.inputs]
@@ -117,6 +117,8 @@ def run_reference(g: Graph, feeds: dict[str, np.ndarray]) -> ReferenceResult:
         for o, v in zip(n.outputs, outs):
             if o:
                 env[o] = np.asarray(v)
+                if n.name in tells and o in g.types:
+                    unify(g.types[o].shape, env[o].shape, sizes, f"node '{n.name}' ({n.op}) output '{o}': ")
     report.seconds = time.perf_counter() - t_start
     result = ReferenceResult({o: env[o] for o in g.outputs})
     result.report, result.sizes = report, sizes
@@ -124,6 +126,10 @@ def run_reference(g: Graph, feeds: dict[str, np.ndarray]) -> ReferenceResult:
 
 
 def _attr(name, value):
+    if isinstance(value, _Graph):
+        return helper.make_attribute(name, value.proto)
+    if isinstance(value, list) and value and all(isinstance(v, _Graph) for v in value):
+        return helper.make_attribute(name, [v.proto for v in value])
     if isinstance(value, np.ndarray):
         return helper.make_attribute(name, numpy_helper.from_array(value))
     return helper.make_attribute(name, value)
@@ -132,10 +138,12 @@ def _attr(name, value):
 def _run_onnx_node(g: Graph, n: Node, args: list) -> list:
     """One node through onnx.reference (ops with no NumPy reference of ours)."""
     from onnx.reference import ReferenceEvaluator
-    names = [f"in{k}" if i else "" for k, i in enumerate(n.inputs)]
+    outer = list(n.attrs.get("_outer", ()))  # a control-flow body reads these by name
+    own = len(n.inputs) - len(outer)
+    names = [f"in{k}" if i else "" for k, i in enumerate(n.inputs[:own])] + outer
     outs = [f"out{k}" if o else "" for k, o in enumerate(n.outputs)]
     domain = n.attrs.get("_domain", "")
-    node = helper.make_node(n.op, names, outs, domain=domain)
+    node = helper.make_node(n.op, names[:own], outs, domain=domain)
     node.attribute.extend(_attr(k, v) for k, v in n.attrs.items() if not k.startswith("_"))
     inputs = [helper.make_tensor_value_info(nm, _ONNX_TYPES.get(str(a.dtype), onnx.TensorProto.FLOAT), list(a.shape))
               for nm, a in zip(names, args) if nm]

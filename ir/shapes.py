@@ -2,12 +2,24 @@
 
 A dim left symbolic by the model (`batch`, `N`) becomes `sympy.Symbol(name,
 integer=True, positive=True)`; its range defaults to [1, inf) until declared.
+
+Expressions are kept in one cheap canonical form (`simplify_dim`): sympy's automatic
+form after `expand`, plus a few cached rules for the floor/ceiling of conv and pool
+output sizes. No `sympy.simplify` (40 ms a dim: minutes on a real model).
+
+A *runtime dim* (`runtime_symbol`) is one nothing binds from the graph's inputs: an
+output dim of an op without a shape function, or a data-dependent one (NonZero). It is
+known once the op has run at concrete shapes; until then `bind` raises
+`UnboundDimsError`, and the executor runs such steps with the actual arrays.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Union
 
+import numpy as np
 import sympy
 
 from ir.errors import ShapeError
@@ -16,6 +28,14 @@ Dim = Union[int, sympy.Expr]
 Shape = tuple  # of Dim
 
 UNBOUNDED = 2**31 - 1
+MAX_DIM = 2**31               # a bound dim above this is a misread model, never a real size
+MAX_TENSOR_BYTES = 2**34      # ... and so is a tensor above 16 GiB
+TO_THE_END = 2**29            # Slice bounds this large (1e9, INT32_MAX, INT64_MAX) mean "to the end"
+RUNTIME_PREFIX = "rt_"        # names of runtime dims
+
+
+class UnboundDimsError(ShapeError):
+    """A shape holds dims that are known only once the graph runs (runtime dims)."""
 
 
 @dataclass(frozen=True)
@@ -34,43 +54,192 @@ class DimRange:
         return f"{self.name} in [{self.lo}, {hi}]"
 
 
+@lru_cache(maxsize=None)
 def symbol(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True, positive=True)
 
 
+@lru_cache(maxsize=None)
+def runtime_symbol(name: str) -> sympy.Symbol:
+    """A runtime dim (may be 0: NonZero of an all-zero tensor)."""
+    return sympy.Symbol(name if name.startswith(RUNTIME_PREFIX) else RUNTIME_PREFIX + name,
+                        integer=True, nonnegative=True)
+
+
+def is_runtime_dim(name: str) -> bool:
+    return name.startswith(RUNTIME_PREFIX)
+
+
+# -- canonical form ---------------------------------------------------------------------
+def _split_const(arg):
+    """arg = rest + r with r the rational constant term."""
+    r = sympy.Integer(0)
+    rest = []
+    for t in sympy.Add.make_args(arg):
+        if t.is_Rational:
+            r += t
+        else:
+            rest.append(t)
+    return sympy.Add(*rest), r
+
+
+def _as_floor(e):
+    """ceiling(p/n) -> floor((p + n - 1)/n) where p is integer-valued: one form for one value."""
+    arg = e.args[0]
+    n = sympy.Integer(1)
+    for t in sympy.Add.make_args(arg):
+        n = sympy.ilcm(n, t.as_coeff_Mul()[0].q) if t.as_coeff_Mul()[0].is_Rational else n
+    if not (arg * n).expand().is_integer:
+        return e
+    return sympy.floor(sympy.expand(arg + sympy.Rational(n - 1, n)))
+
+
+def _floor_rule(e):
+    """floor(floor(y)/n + r) = floor(y/n + floor(n r)/n) (n a positive integer), and
+    floor(x + r) = floor(x + frac(r)) + int(r): the nested sizes of stride-2 conv stacks."""
+    arg = e.args[0]
+    rest, r = _split_const(arg)
+    inner = [t for t in sympy.Add.make_args(rest)]
+    if len(inner) == 1:
+        coeff, f = inner[0].as_coeff_Mul()
+        if isinstance(f, sympy.floor) and coeff.is_Rational and coeff > 0 and coeff.p == 1:
+            n = coeff.q
+            return _canon_floor(sympy.floor(sympy.expand(f.args[0] / n + sympy.Rational(math.floor(n * r), n))))
+    k = math.floor(r)
+    if k != 0:
+        return sympy.floor(sympy.expand(rest + (r - k))) + k
+    return e
+
+
+def _canon_floor(e):
+    if isinstance(e, sympy.ceiling):
+        e = _as_floor(e)
+    if isinstance(e, sympy.floor):
+        e = _floor_rule(e)
+    return e
+
+
+def _rewrite(e):
+    if e.is_Atom:
+        return e
+    args = tuple(_rewrite(a) for a in e.args)
+    if args != e.args:
+        e = e.func(*args)
+    if isinstance(e, (sympy.floor, sympy.ceiling)):
+        e = _canon_floor(e)
+    return e
+
+
+@lru_cache(maxsize=65536)
+def _canonical(d: sympy.Expr):
+    e = sympy.expand(d)
+    if e.has(sympy.floor, sympy.ceiling):
+        e = sympy.expand(_rewrite(e))
+    return int(e) if e.is_Integer else e
+
+
 def simplify_dim(d) -> Dim:
+    """The canonical form of a dim (int, or a sympy expression); cached, cheap."""
     if isinstance(d, sympy.Expr):
-        d = sympy.simplify(d)
-        if d.is_Integer:
-            return int(d)
-        return d
+        return _canonical(d)
+    if isinstance(d, (float, np.floating)) and not float(d).is_integer():
+        raise ShapeError(f"dim {d} is not a whole number")
     return int(d)
+
+
+canonical = simplify_dim
+
+
+def dims_equal(a: Dim, b: Dim) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return simplify_dim(a - b) == 0
 
 
 def is_static(shape: Shape) -> bool:
     return all(isinstance(d, int) for d in shape)
 
 
+@lru_cache(maxsize=65536)
+def _symbols(d: sympy.Expr) -> tuple:
+    return tuple(sorted(d.free_symbols, key=lambda s: s.name))
+
+
 def free_dims(shape: Shape) -> set[str]:
     names: set[str] = set()
     for d in shape:
         if isinstance(d, sympy.Expr):
-            names |= {s.name for s in d.free_symbols}
+            names |= {s.name for s in _symbols(d)}
     return names
 
 
+@lru_cache(maxsize=262144)
+def _evaluate(d: sympy.Expr, values: tuple):
+    v = d.xreplace({s: sympy.Integer(x) for s, x in zip(_symbols(d), values)})
+    return int(v) if v.is_Integer else None
+
+
+def bind_dim(d, sizes: dict[str, int], shape: Shape | None = None) -> int:
+    if not isinstance(d, sympy.Expr):
+        return int(d)
+    syms = _symbols(d)
+    missing = [s.name for s in syms if s.name not in sizes]
+    if missing:
+        raise UnboundDimsError(f"shape {format_shape(shape if shape is not None else (d,))} cannot be evaluated: "
+                               f"unbound dims {missing}")
+    v = _evaluate(d, tuple(int(sizes[s.name]) for s in syms))
+    if v is None:
+        raise ShapeError(f"shape {format_shape(shape if shape is not None else (d,))} is not whole at {sizes}")
+    return v
+
+
 def bind(shape: Shape, sizes: dict[str, int]) -> tuple[int, ...]:
-    """Evaluate a symbolic shape at concrete dim sizes."""
-    out = []
-    for d in shape:
-        if isinstance(d, sympy.Expr):
-            v = d.subs({symbol(k): v for k, v in sizes.items()})
-            if not v.is_Integer:
-                raise ShapeError(f"shape {format_shape(shape)} cannot be evaluated: unbound dims {sorted(free_dims((v,)))}")
-            out.append(int(v))
-        else:
-            out.append(int(d))
-    return tuple(out)
+    """Evaluate a symbolic shape at concrete dim sizes (cached per expression and sizes)."""
+    return tuple(bind_dim(d, sizes, shape) for d in shape)
+
+
+def unify(shape: Shape, concrete, sizes: dict[str, int], where: str = "") -> dict[str, int]:
+    """Bind the runtime dims of `shape` that stand alone on an axis from an array's actual
+    shape (`concrete`) into `sizes` (in place, also returned); ShapeError on a mismatch."""
+    concrete = tuple(int(c) for c in concrete)
+    if len(shape) != len(concrete):
+        raise ShapeError(f"{where}expected rank {len(shape)} {format_shape(shape)}, got shape {list(concrete)}")
+    for d, c in zip(shape, concrete):
+        if isinstance(d, sympy.Symbol) and d.name not in sizes:
+            sizes[d.name] = c
+    for axis, (d, c) in enumerate(zip(shape, concrete)):
+        try:
+            v = bind_dim(d, sizes, shape)
+        except UnboundDimsError:
+            continue  # a compound expression of a dim no axis binds: not checkable here
+        if v != c:
+            raise ShapeError(f"{where}axis {axis} is {c} but its shape {format_shape(shape)} says {v} at {sizes}")
+    return sizes
+
+
+def check_size(shape: tuple, dtype: str, where: str, sym: Shape | None = None) -> None:
+    """The guard against misread dims: a dim or a tensor no real model has is an error
+    naming the value, never an allocation attempt (a batch read as 1e9 asked for 1.85 PiB)."""
+    def which():
+        if sym is None:
+            return ""
+        bad = [f"axis {k} = {s}" for k, (v, s) in enumerate(zip(shape, sym)) if v > MAX_DIM or v < 0]
+        if not bad:
+            k = int(np.argmax(shape))
+            bad = [f"largest dim axis {k} = {sym[k]}"]
+        return " (" + ", ".join(bad) + ")"
+    for v in shape:
+        if v < 0 or v > MAX_DIM:
+            raise ShapeError(f"{where}: shape {list(shape)}{which()} has a dim outside [0, 2**31]; "
+                             "a dim of the model was misread or a --shape is wrong")
+    try:
+        itemsize = np.dtype(dtype).itemsize
+    except TypeError:
+        itemsize = 8
+    nbytes = math.prod(shape) * itemsize
+    if nbytes > MAX_TENSOR_BYTES:
+        raise ShapeError(f"{where}: shape {list(shape)}{which()} would need {nbytes / 2**30:.1f} GiB "
+                         f"(more than 2**34 bytes); a dim of the model was misread or a --shape is wrong")
 
 
 def format_shape(shape: Shape) -> str:

@@ -18,12 +18,14 @@ from ir.fusion import FusedSubgraph
 from ir.graph import Graph
 from ir.ops import OPS, get_op
 from ir.graph import Node
-from ir.shapes import bind
+from ir.shapes import bind, check_size
 
 FAMILIES = {"MatMul": "dense", "Gemm": "dense", "Conv": "conv2d"}
 
 
 def _jsonable(v):
+    if isinstance(v, Graph):  # a control-flow body: its content hash stands for it
+        return {"graph": v.name, "digest": v.digest()}
     if isinstance(v, np.ndarray):
         return v.tolist()
     if isinstance(v, (np.integer,)):
@@ -133,7 +135,10 @@ SMALL_CONST = 64  # integer constants up to this size are stored in the workload
 
 
 def make_workload(g: Graph, sg: FusedSubgraph, sizes: dict[str, int]) -> Workload:
-    """Describe subgraph `sg` of `g` at the concrete dim sizes `sizes`."""
+    """Describe subgraph `sg` of `g` at the concrete dim sizes `sizes`.
+
+    Raises `ir.shapes.UnboundDimsError` if its shapes hold runtime dims `sizes` lacks,
+    and ShapeError (naming node, value and dim) for a size no real tensor has."""
     local = {name: f"i{k}" for k, name in enumerate(sg.inputs)}
     ops = []
     for k, n in enumerate(sg.nodes):
@@ -143,11 +148,19 @@ def make_workload(g: Graph, sg: FusedSubgraph, sizes: dict[str, int]) -> Workloa
     inputs = []
     for name in sg.inputs:
         t = g.type_of(name)
-        spec = {"shape": list(bind(t.shape, sizes)), "sym": [_sym(d) for d in t.shape],
+        shape = bind(t.shape, sizes)
+        check_size(shape, t.dtype, f"node '{_reader(sg, name)}': input '{name}'", t.shape)
+        spec = {"shape": list(shape), "sym": [_sym(d) for d in t.shape],
                 "dtype": t.dtype, "const": name in g.constants}
         value = g.constants.get(name)
         if value is not None and value.dtype.kind in "iub" and value.size <= SMALL_CONST:
             spec["value"] = value.tolist()  # shape/axes/index operands are part of the computation
         inputs.append(spec)
     out = g.type_of(sg.output)
-    return Workload(tuple(ops), tuple(inputs), bind(out.shape, sizes), out.dtype)
+    shape = bind(out.shape, sizes)
+    check_size(shape, out.dtype, f"node '{sg.nodes[-1].name}': output '{sg.output}'", out.shape)
+    return Workload(tuple(ops), tuple(inputs), shape, out.dtype)
+
+
+def _reader(sg: FusedSubgraph, name: str) -> str:
+    return next((n.name for n in sg.nodes if name in n.inputs), sg.name)

@@ -28,7 +28,7 @@ from ir.fusion import FusedSubgraph, topo_order
 from ir.graph import Graph
 from ir.ops import BROADCAST, ELEMWISE, OPS
 from ir.reference import bind_inputs
-from ir.shapes import bind
+from ir.shapes import UnboundDimsError, bind
 from ir.workload import make_workload
 from runtime.choose import REFERENCE, Chooser
 
@@ -199,7 +199,14 @@ class CompiledModel:
         static: dict[str, np.ndarray] = {}
         static_steps: list[Step] = []
         for k, sg in enumerate(self.subgraphs):
-            wl = make_workload(g, sg, sizes)
+            try:
+                wl = make_workload(g, sg, sizes)
+            except UnboundDimsError:  # shapes known only once an earlier step ran (runtime dims)
+                if self.strict:
+                    raise FallbackError(f"--strict: subgraph '{sg.name}' ({sg}) has shapes known only at run "
+                                        "time and would run on the NumPy reference path") from None
+                steps.append(Step(sg, REFERENCE, k, name=str(sg), in_slots=[self._slot[i] for i in sg.inputs]))
+                continue
             choice = self.chooser.choose(wl)
             step = Step(sg, choice.kind, k, name=str(sg), in_slots=[self._slot[i] for i in sg.inputs])
             if choice.kind == REFERENCE and self._fold_static(sg, sizes, static):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from ir.graph import Graph
 from ir.fusion import FusedSubgraph, partition
 from ir.points import shape_points  # noqa: F401  (re-exported for the tuner)
+from ir.shapes import UnboundDimsError
 from ir.workload import Workload, make_workload
 from schedules import Template, find_template
 
@@ -29,7 +30,12 @@ def extract_tasks(g: Graph, points: list[dict[str, int]],
     uncovered = []
     for sizes in points:
         for sg in subgraphs:
-            wl = make_workload(g, sg, sizes)
+            try:
+                wl = make_workload(g, sg, sizes)
+            except UnboundDimsError:  # shapes only a run tells: not tunable ahead
+                if sg not in uncovered:
+                    uncovered.append(sg)
+                continue
             if wl.key in tasks:
                 tasks[wl.key].weight += 1
                 continue

@@ -19,8 +19,8 @@ try:  # scipy's erf is vectorized; math.erf per element is the fallback
 except ImportError:  # pragma: no cover
     _erf = np.vectorize(math.erf, otypes=[np.float64])
 
-_DTYPE_NAMES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
-                9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
+from ir.dtypes import DTYPES as _ALL_DTYPES, RUNNABLE as _RUNNABLE  # noqa: E402
+_DTYPE_NAMES = {k: v for k, v in _ALL_DTYPES.items() if v in _RUNNABLE}
 
 
 def _broadcast_infer(out_dtype=None):

@@ -7,13 +7,15 @@ anchor (out-elemwise-fusable: matmul, conv), opaque.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Optional
 
 import numpy as np
+import sympy
 
 from ir.errors import ShapeError, UnsupportedOpError
 from ir.graph import Node, TensorType
-from ir.shapes import Dim, Shape, format_shape, simplify_dim
+from ir.shapes import Dim, Shape, dims_equal, format_shape, runtime_symbol, simplify_dim
 
 ELEMWISE, BROADCAST, INJECTIVE, REDUCE, ANCHOR, OPAQUE = (
     "elemwise", "broadcast", "injective", "reduce", "anchor", "opaque")
@@ -58,7 +60,12 @@ def f32(x: float) -> str:
 
 
 def broadcast_shapes(node: Node, *shapes: Shape) -> Shape:
-    """NumPy broadcasting over symbolic shapes; equal symbols are assumed to agree."""
+    """NumPy broadcasting over symbolic shapes.
+
+    A symbolic dim may be 1 at run time (paddle's `?` dims are fresh per input), so two
+    dims that differ symbolically broadcast to their Max, exact whichever is 1, and a
+    static size > 1 wins over a symbol; each such pair is recorded as a constraint
+    (equal, or one of them 1), checked once sizes are bound."""
     rank = max(len(s) for s in shapes)
     out: list[Dim] = []
     for axis in range(rank):
@@ -69,16 +76,30 @@ def broadcast_shapes(node: Node, *shapes: Shape) -> Shape:
                 continue
             if isinstance(result, int) and result == 1:
                 result = d
-            elif isinstance(d, int) and isinstance(result, int) and d != result:
-                raise ShapeError(f"node '{node.name}' ({node.op}): cannot broadcast shapes "
-                                 + " and ".join(format_shape(s) for s in shapes))
-            elif not isinstance(result, int) and isinstance(d, int):
-                note_equal(node, result, d)
-                result = d  # a static size pins the symbolic one
-            elif not (isinstance(d, int) and isinstance(result, int)):
-                note_equal(node, result, d)  # two symbols meet: assume (and record) they agree
+            elif isinstance(d, int) and isinstance(result, int):
+                if d != result:
+                    raise ShapeError(f"node '{node.name}' ({node.op}): cannot broadcast shapes "
+                                     + " and ".join(format_shape(s) for s in shapes))
+            elif dims_equal(result, d):
+                result = _simpler(result, d)
+            else:
+                note_broadcast(node, result, d)
+                result = d if isinstance(d, int) else result if isinstance(result, int) else \
+                    simplify_dim(sympy.Max(result, d))
         out.append(simplify_dim(result))
     return tuple(out)
+
+
+@lru_cache(maxsize=65536)
+def _ops_count(d) -> int:
+    return d.count_ops()
+
+
+def _simpler(a: Dim, b: Dim) -> Dim:
+    """Of two dims assumed equal, the one downstream shapes should read (S over Min(S, 1024))."""
+    if isinstance(a, int) or isinstance(b, int):
+        return a if isinstance(a, int) else b
+    return b if _ops_count(b) < _ops_count(a) else a
 
 
 def same_as_input(i: int = 0) -> InferFn:
@@ -109,16 +130,46 @@ def note_equal(node: Node, a: Dim, b: Dim) -> None:
         if a != b:
             raise ShapeError(f"node '{node.name}' ({node.op}): dims must agree but are {a} and {b}")
         return
-    if simplify_dim(a - b) == 0:
+    if dims_equal(a, b):
         return
-    if (a, b, node.name) not in _CONSTRAINTS:
-        _CONSTRAINTS.append((a, b, node.name))
+    _CONSTRAINTS.append(DimConstraint(a, b, node.name))  # duplicates are dropped once, in infer_shapes
+
+
+class DimConstraint(tuple):
+    """(a, b, node name): dims that must agree; with `broadcast`, or either may be 1."""
+
+    def __new__(cls, a, b, where, broadcast=False):
+        t = super().__new__(cls, (a, b, where))
+        t.broadcast = broadcast
+        return t
+
+    def holds(self, va: int, vb: int) -> bool:
+        return va == vb or (self.broadcast and 1 in (va, vb))
+
+
+def note_broadcast(node: Node, a: Dim, b: Dim) -> None:
+    """Record that dims `a` and `b` broadcast against each other (equal, or one is 1)."""
+    if not dims_equal(a, b):
+        _CONSTRAINTS.append(DimConstraint(a, b, node.name, broadcast=True))
 
 
 def take_constraints() -> list:
     out = list(_CONSTRAINTS)
     _CONSTRAINTS.clear()
     return out
+
+
+def runtime_dim(node: Node, output: int, axis: int) -> Dim:
+    """A fresh dim that only running `node` tells (no shape function, or data-dependent):
+    named after the node, so re-importing a model yields the same names."""
+    base = "".join(c if c.isalnum() else "_" for c in node.name)
+    return runtime_symbol(f"{base}_o{output}_{axis}")
+
+
+def runtime_shape(node: Node, output: int, rank: int, known=None) -> Shape:
+    """A rank-`rank` shape of runtime dims; `known` (a shape hint) keeps its static sizes."""
+    return tuple(int(known[a]) if known is not None and a < len(known) and isinstance(known[a], int)
+                 else runtime_dim(node, output, a) for a in range(rank))
 
 
 def dims_of(value) -> list:

@@ -12,10 +12,16 @@ import sympy
 from ir.errors import DataDependentShapeError, ShapeError
 from ir.graph import TensorType
 from ir.ops.registry import (INJECTIVE, OPAQUE, broadcast_shapes, dims_of, note_equal, register,
-                             register_value)
-from ir.shapes import format_shape, simplify_dim
+                             register_value, runtime_shape)
+from ir.shapes import TO_THE_END, format_shape, simplify_dim
 
-BIG = 2**30  # ends at or above this mean "to the end" (ONNX exporters use INT64_MAX)
+BIG = TO_THE_END  # bounds at or past this mean "to the end"/"to the start" (1e9, INT32_MAX, INT64_MAX)
+
+
+def _static_len(node, types, i):
+    """The static length of 1-D input i (the rank a shape-valued input gives), or None."""
+    t = types[i] if len(types) > i else None
+    return t.shape[0] if t is not None and t.rank == 1 and isinstance(t.shape[0], int) else None
 
 
 def _need(node, consts, i, what):
@@ -82,7 +88,9 @@ def reshape_target(node, in_shape, target):
                                  f"({total} elements) to {target}: {total} is not divisible by {known}")
             out[minus] = total // known
         else:
-            q = simplify_dim(sympy.cancel(sympy.sympify(total) / known))
+            q = simplify_dim(sympy.sympify(total) / known)  # expand cancels monomial quotients
+            if not isinstance(q, int) and sympy.fraction(q)[1].free_symbols:
+                q = simplify_dim(sympy.cancel(q))
             if not isinstance(q, int) and q.is_integer is False:
                 raise ShapeError(f"node '{node.name}' (Reshape): cannot reshape {format_shape(in_shape)} to "
                                  f"{target}: -1 would be {q}, which is not a whole number")
@@ -100,6 +108,9 @@ def reshape_target(node, in_shape, target):
 
 
 def _reshape_infer(node, types, consts):
+    rank = _static_len(node, types, 1)
+    if consts[1] is None and rank is not None:  # a data-dependent target: sizes known once it runs
+        return [TensorType(runtime_shape(node, 0, rank), types[0].dtype)]
     target = _need(node, consts, 1, "the target shape")
     return [TensorType(reshape_target(node, types[0].shape, target), types[0].dtype)]
 
@@ -230,20 +241,37 @@ def _slice_params(node, rank, xs):
     return starts, ends, [int(a) % rank for a in axes], steps
 
 
+def _bound(v, d, step_positive: bool, is_start: bool):
+    """One Slice bound clamped into the dim as ONNX does, symbolically where d or v is.
+    Sentinels (|v| >= TO_THE_END) mean the end or the start whatever d is."""
+    lo, hi = (0, d) if step_positive else (-1, d - 1)
+    if not step_positive and is_start:
+        lo = 0
+    if isinstance(v, int):
+        if v >= BIG:
+            return hi
+        if v <= -BIG:
+            return lo
+        if v < 0:
+            v = d + v
+            return simplify_dim(sympy.Max(lo, v)) if not isinstance(v, int) else max(lo, v)
+    return simplify_dim(sympy.Min(v, hi)) if not (isinstance(v, int) and isinstance(hi, int)) else min(v, hi)
+
+
 def _slice_len(node, d, s, e, st):
+    """ONNX Slice length; exact for symbolic dims and bounds (symbolic bounds are
+    shape values, so taken as non-negative)."""
+    if st == 0:
+        raise ShapeError(f"node '{node.name}' (Slice): step 0")
     if isinstance(d, int) and isinstance(s, int) and isinstance(e, int):
         return len(range(d)[slice(s, e, st)])
-    if st != 1 or not isinstance(s, int):
-        raise ShapeError(f"node '{node.name}' (Slice): symbolic slice [{s}:{e}:{st}] of a dim {d} is not supported")
-    start = s if s >= 0 else d + s
-    if isinstance(e, int):
-        end = d if e >= BIG else (e if e >= 0 else d + e)
-        if isinstance(d, int) is False and e >= 0 and e < BIG:
-            end = e  # assume the symbolic dim is at least as large
-    else:
-        end = e  # a symbolic end (e.g. seq_len) is taken to lie within the dim
-    n = end - start
-    return max(0, n) if isinstance(n, int) else simplify_dim(n)  # symbolic: assumed non-empty
+    start, end = _bound(s, d, st > 0, True), _bound(e, d, st > 0, False)
+    span = end - start if st > 0 else start - end
+    k = abs(st)
+    n = span if k == 1 else sympy.floor((span + k - 1) / sympy.Integer(k))
+    if isinstance(n, int):
+        return max(0, n)
+    return simplify_dim(sympy.Max(0, simplify_dim(n)))
 
 
 def _slice_infer(node, types, consts):
@@ -259,6 +287,22 @@ def _slice_infer(node, types, consts):
     return [TensorType(tuple(shape), types[0].dtype)]
 
 
+def _slice_infer_any(node, types, consts):
+    """Data-dependent starts/ends: the sliced axes are runtime dims (all of them if the axes are too)."""
+    try:
+        return _slice_infer(node, types, consts)
+    except DataDependentShapeError:
+        if len(node.inputs) > 3 and node.inputs[3] and consts[3] is None:
+            return [TensorType(runtime_shape(node, 0, types[0].rank), types[0].dtype)]
+        n = _static_len(node, types, 1)
+        axes = dims_of(consts[3]) if len(node.inputs) > 3 and node.inputs[3] else list(range(n or 0))
+        if n is None and not axes:
+            raise
+        fresh = runtime_shape(node, 0, types[0].rank)
+        cut = {int(a) % types[0].rank for a in axes}
+        return [TensorType(tuple(fresh[i] if i in cut else d for i, d in enumerate(types[0].shape)), types[0].dtype)]
+
+
 def _slice_ref(node, xs):
     x = xs[0]
     starts, ends, axes, steps = _slice_params(node, x.ndim, xs)
@@ -268,7 +312,7 @@ def _slice_ref(node, xs):
     return [np.ascontiguousarray(x[tuple(sl)])]
 
 
-register("Slice", INJECTIVE, _slice_infer, _slice_ref)
+register("Slice", INJECTIVE, _slice_infer_any, _slice_ref)
 register_value("Slice", _value_passthrough(_slice_ref))
 
 
@@ -299,6 +343,14 @@ register_value("Gather", _gather_value)
 
 # -- Expand / Tile / Pad ------------------------------------------------------------------
 def _expand_infer(node, types, consts):
+    n = _static_len(node, types, 1)
+    if consts[1] is None and n is not None:  # data-dependent: keep the input's non-1 sizes
+        x = types[0].shape
+        rank = max(n, len(x))
+        fresh = runtime_shape(node, 0, rank)
+        xs = (1,) * (rank - len(x)) + tuple(x)
+        return [TensorType(tuple(fresh[i] if isinstance(d, int) and d == 1 else d for i, d in enumerate(xs)),
+                           types[0].dtype)]
     shape = _need(node, consts, 1, "the shape")
     return [TensorType(broadcast_shapes(node, types[0].shape, tuple(shape)), types[0].dtype)]
 
@@ -390,6 +442,9 @@ def _cos_value(node):
 
 
 def _cos_infer(node, types, consts):
+    n = _static_len(node, types, 0)
+    if consts[0] is None and n is not None:
+        return [TensorType(runtime_shape(node, 0, n), str(_cos_value(node).dtype))]
     shape = _need(node, consts, 0, "the shape")
     return [TensorType(tuple(shape), str(_cos_value(node).dtype))]
 
@@ -412,13 +467,13 @@ register_value("ConstantOfShape", _cos_vals)
 
 
 def _range_infer(node, types, consts):
-    for i, what in enumerate(("start", "limit", "delta")):
-        _need(node, consts, i, what)
+    if any(c is None for c in consts[:3]):  # data-dependent length
+        return [TensorType(runtime_shape(node, 0, 1), types[0].dtype)]
     start, limit, delta = (np.asarray(c).reshape(-1)[0] for c in consts[:3])
     if all(isinstance(v, (int, float, np.number)) for v in (start, limit, delta)):
         n = max(0, int(np.ceil((float(limit) - float(start)) / float(delta))))
     else:
-        n = simplify_dim(sympy.ceiling((sympy.sympify(limit) - start) / delta))
+        n = simplify_dim(sympy.Max(0, simplify_dim(sympy.ceiling((sympy.sympify(limit) - start) / delta))))
     return [TensorType((n,), types[0].dtype)]
 
 

@@ -71,52 +71,75 @@ def is_runtime_dim(name: str) -> bool:
 
 
 # -- canonical form ---------------------------------------------------------------------
-def _split_const(arg):
-    """arg = rest + r with r the rational constant term."""
-    r = sympy.Integer(0)
-    rest = []
-    for t in sympy.Add.make_args(arg):
-        if t.is_Rational:
-            r += t
+def _integer_terms(a):
+    """(const, [(int coeff, integer-valued monomial)]) of an integer-coefficient polynomial, or None."""
+    const, terms = 0, []
+    for t in sympy.Add.make_args(a):
+        c, m = t.as_coeff_Mul()
+        if not c.is_Integer:
+            return None
+        if m == 1:
+            const += int(c)
         else:
-            rest.append(t)
-    return sympy.Add(*rest), r
+            terms.append((int(c), m))
+    return const, terms
 
 
-def _as_floor(e):
-    """ceiling(p/n) -> floor((p + n - 1)/n) where p is integer-valued: one form for one value."""
-    arg = e.args[0]
-    n = sympy.Integer(1)
+@lru_cache(maxsize=65536)
+def _floor_div(a, n: int):
+    """floor(a / n) for an integer-valued polynomial a, built flat (never floor(floor(...)/n)):
+    whole multiples of n leave the floor, and floor((floor(p/m) + r)/n) = floor((p + r m)/(m n))."""
+    split = _integer_terms(a)
+    if split is None:
+        return sympy.floor(a / n)
+    const, terms = split
+    whole = sum((c // n) * m for c, m in terms) + const // n
+    rest = [(c % n, m) for c, m in terms if c % n]
+    r0 = const % n
+    whole = sympy.expand(whole)
+    if not rest:
+        return whole
+    if len(rest) == 1 and rest[0][0] == 1 and isinstance(rest[0][1], sympy.floor):
+        inner = rest[0][1].args[0]
+        den = _denominator(inner)
+        p = sympy.expand(inner * den)
+        if _integer_terms(p) is not None:
+            return whole + _floor_div(sympy.expand(p + r0 * den), den * n)
+    frac = sympy.Add(*[sympy.Rational(c, n) * m for c, m in rest]) + sympy.Rational(r0, n)
+    return whole + sympy.floor(frac, evaluate=False)  # already reduced: skip sympy's slow eval
+
+
+def _denominator(arg) -> int:
+    n = 1
     for t in sympy.Add.make_args(arg):
-        n = sympy.ilcm(n, t.as_coeff_Mul()[0].q) if t.as_coeff_Mul()[0].is_Rational else n
-    if not (arg * n).expand().is_integer:
-        return e
-    return sympy.floor(sympy.expand(arg + sympy.Rational(n - 1, n)))
+        c = t.as_coeff_Mul()[0]
+        if c.is_Rational:
+            n = math.lcm(n, int(c.q))
+    return n
 
 
-def _floor_rule(e):
-    """floor(floor(y)/n + r) = floor(y/n + floor(n r)/n) (n a positive integer), and
-    floor(x + r) = floor(x + frac(r)) + int(r): the nested sizes of stride-2 conv stacks."""
-    arg = e.args[0]
-    rest, r = _split_const(arg)
-    inner = [t for t in sympy.Add.make_args(rest)]
-    if len(inner) == 1:
-        coeff, f = inner[0].as_coeff_Mul()
-        if isinstance(f, sympy.floor) and coeff.is_Rational and coeff > 0 and coeff.p == 1:
-            n = coeff.q
-            return _canon_floor(sympy.floor(sympy.expand(f.args[0] / n + sympy.Rational(math.floor(n * r), n))))
-    k = math.floor(r)
-    if k != 0:
-        return sympy.floor(sympy.expand(rest + (r - k))) + k
-    return e
+def floor_div(a: Dim, n: int) -> Dim:
+    """floor(a / n), a a dim and n a positive int (conv/pool output sizes); cached."""
+    if isinstance(a, int):
+        return a // n
+    r = _floor_div(simplify_dim(a), int(n))
+    return int(r) if r.is_Integer else r
+
+
+def ceil_div(a: Dim, n: int) -> Dim:
+    if isinstance(a, int):
+        return -(-a // n)
+    return floor_div(a + (n - 1), n)
 
 
 def _canon_floor(e):
-    if isinstance(e, sympy.ceiling):
-        e = _as_floor(e)
-    if isinstance(e, sympy.floor):
-        e = _floor_rule(e)
-    return e
+    """floor(p/n) and ceiling(p/n) in the one flat form floor_div builds."""
+    arg = e.args[0]
+    n = _denominator(arg)
+    p = sympy.expand(arg * n)
+    if _integer_terms(p) is None:
+        return e
+    return _floor_div(p, n) if isinstance(e, sympy.floor) else _floor_div(sympy.expand(p + n - 1), n)
 
 
 def _rewrite(e):
@@ -242,8 +265,18 @@ def check_size(shape: tuple, dtype: str, where: str, sym: Shape | None = None) -
                          f"(more than 2**34 bytes); a dim of the model was misread or a --shape is wrong")
 
 
+@lru_cache(maxsize=65536)
+def _expr_str(d) -> str:
+    return str(d)
+
+
+def dim_str(d) -> str:
+    """str() of a dim, cached (sympy's printer orders terms: 1 ms for a floor expression)."""
+    return str(d) if isinstance(d, int) else _expr_str(d)
+
+
 def format_shape(shape: Shape) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
+    return "[" + ", ".join(dim_str(d) for d in shape) + "]"
 
 
 def parse_dim_ranges(specs: list[str] | None) -> dict[str, DimRange]:

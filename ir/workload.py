@@ -18,7 +18,7 @@ from ir.fusion import FusedSubgraph
 from ir.graph import Graph
 from ir.ops import OPS, get_op
 from ir.graph import Node
-from ir.shapes import bind, check_size
+from ir.shapes import bind, check_size, dim_str
 
 FAMILIES = {"MatMul": "dense", "Gemm": "dense", "Conv": "conv2d"}
 
@@ -128,7 +128,7 @@ def _freeze(d: dict) -> dict:
 
 
 def _sym(d) -> object:
-    return d if isinstance(d, int) else str(d)
+    return d if isinstance(d, int) else dim_str(d)
 
 
 SMALL_CONST = 64  # integer constants up to this size are stored in the workload by value

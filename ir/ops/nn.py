@@ -11,14 +11,12 @@ import sympy
 from ir.errors import ShapeError, UnsupportedOpError
 from ir.graph import TensorType
 from ir.ops.registry import ANCHOR, OPAQUE, REDUCE, note_equal, register
-from ir.shapes import format_shape, simplify_dim
+from ir.shapes import ceil_div, floor_div, format_shape, simplify_dim
 
 
 def _div(a, b, ceil=False):
     """floor/ceil(a / b) for int or sympy a."""
-    if isinstance(a, int):
-        return -(-a // b) if ceil else a // b
-    return simplify_dim(sympy.ceiling(a / b) if ceil else sympy.floor(a / b))
+    return ceil_div(a, int(b)) if ceil else floor_div(a, int(b))  # flat, cached (ir.shapes)
 
 
 def _window(node, spatial, kernel):

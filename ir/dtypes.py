@@ -7,7 +7,6 @@ bfloat16 is NumPy's through `ml_dtypes` (what `onnx.numpy_helper` returns).
 from __future__ import annotations
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper
 
 from ir.errors import ModelError
@@ -57,4 +56,4 @@ def onnx_type(dtype) -> int:
     return ONNX_TYPES[name]
 
 
-__all__ = ["DTYPES", "ONNX_TYPES", "RUNNABLE", "dtype_name", "check_runnable", "onnx_type", "onnx"]
+__all__ = ["DTYPES", "ONNX_TYPES", "RUNNABLE", "dtype_name", "check_runnable", "onnx_type"]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import sympy
 from onnx import helper, numpy_helper
 
 from ir.dtypes import check_runnable, dtype_name
@@ -81,7 +82,11 @@ def _input_type(vi: onnx.ValueInfoProto, dims: dict, where: str) -> TensorType |
         while name in dims and dims[name] != (d.dim_param if is_named_dim(d) else None):
             name += "_"  # a fresh dim whose name a named dim already took
         dims[name] = d.dim_param if is_named_dim(d) else None
-        shape.append(symbol(name))
+        if d.HasField("dim_value") and d.dim_value == 0:  # empty, or "dynamic" (paddle2onnx): may be 0
+            dims[name] = 0
+            shape.append(sympy.Symbol(name, integer=True, nonnegative=True))
+        else:
+            shape.append(symbol(name))
     return TensorType(tuple(shape), dtype)
 
 
@@ -204,7 +209,7 @@ def import_onnx(model, dims: dict[str, DimRange] | None = None) -> Graph:
     proto = load_onnx(model)
     g = proto.graph
     opset = next((o.version for o in proto.opset_import if o.domain in _DEFAULT_DOMAINS), 17)
-    input_dims: dict[str, str | None] = {}
+    input_dims: dict[str, str | int | None] = {}  # name -> its dim_param; None: fresh; 0: fresh, may be 0
     constants = {i.name: numpy_helper.to_array(i) for i in g.initializer}
     types: dict[str, TensorType] = {}
     inputs = []
@@ -228,7 +233,7 @@ def import_onnx(model, dims: dict[str, DimRange] | None = None) -> Graph:
         if t is not None:
             hints[vi.name] = t
     declared = dict(dims or {})
-    ranges = {name: declared.pop(name, DimRange(name)) for name in input_dims}
+    ranges = {name: declared.pop(name, DimRange(name, 0 if input_dims[name] == 0 else 1)) for name in input_dims}
     if declared:
         raise ModelError(f"--dim names {sorted(declared)} are not dynamic dims of the model "
                          f"(it has: {sorted(ranges) or 'none'})")

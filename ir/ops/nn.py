@@ -6,7 +6,6 @@ References use sliding windows + einsum, so they stay short and reasonably fast.
 from __future__ import annotations
 
 import numpy as np
-import sympy
 
 from ir.errors import ShapeError, UnsupportedOpError
 from ir.graph import TensorType

@@ -142,6 +142,28 @@ def _canon_floor(e):
     return _floor_div(p, n) if isinstance(e, sympy.floor) else _floor_div(sympy.expand(p + n - 1), n)
 
 
+@lru_cache(maxsize=65536)
+def _dim_max(a, b):
+    args = []
+    for x in (a, b):
+        args += list(x.args) if isinstance(x, sympy.Max) else [x]
+    args = list(dict.fromkeys(args))
+    # Max(S, Min(S, 1024)) = S: a Min holding another argument never wins
+    args = [x for x in args if not (isinstance(x, sympy.Min) and any(y in x.args for y in args if y is not x))]
+    if len(args) == 1:
+        return args[0]
+    return sympy.Max(*sorted(args, key=_expr_str), evaluate=False)  # sympy's eval: 15 ms a call
+
+
+def dim_max(a: Dim, b: Dim) -> Dim:
+    """Max of two dims (what broadcasting two symbols gives), cheap and cached."""
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    if isinstance(a, int) or isinstance(b, int):
+        return simplify_dim(sympy.Max(a, b))
+    return _dim_max(a, b)
+
+
 def _rewrite(e):
     if e.is_Atom:
         return e
@@ -155,7 +177,7 @@ def _rewrite(e):
 
 @lru_cache(maxsize=65536)
 def _canonical(d: sympy.Expr):
-    e = sympy.expand(d)
+    e = sympy.expand(d, deep=not d.has(sympy.Max, sympy.Min))  # rebuilding a Max re-runs its slow eval
     if e.has(sympy.floor, sympy.ceiling):
         e = sympy.expand(_rewrite(e))
     return int(e) if e.is_Integer else e

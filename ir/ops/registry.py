@@ -11,11 +11,10 @@ from functools import lru_cache
 from typing import Callable, Optional
 
 import numpy as np
-import sympy
 
 from ir.errors import ShapeError, UnsupportedOpError
 from ir.graph import Node, TensorType
-from ir.shapes import Dim, Shape, dims_equal, format_shape, runtime_symbol, simplify_dim
+from ir.shapes import Dim, Shape, dim_max, dims_equal, format_shape, runtime_symbol, simplify_dim
 
 ELEMWISE, BROADCAST, INJECTIVE, REDUCE, ANCHOR, OPAQUE = (
     "elemwise", "broadcast", "injective", "reduce", "anchor", "opaque")
@@ -84,8 +83,7 @@ def broadcast_shapes(node: Node, *shapes: Shape) -> Shape:
                 result = _simpler(result, d)
             else:
                 note_broadcast(node, result, d)
-                result = d if isinstance(d, int) else result if isinstance(result, int) else \
-                    simplify_dim(sympy.Max(result, d))
+                result = d if isinstance(d, int) else result if isinstance(result, int) else dim_max(result, d)
         out.append(simplify_dim(result))
     return tuple(out)
 

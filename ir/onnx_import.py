@@ -187,7 +187,8 @@ def _import_body(gp: onnx.GraphProto, scope: _Scope) -> Graph:
     types, inputs = {}, []
     body_dims = dict(scope.dims)
     for vi in gp.input:
-        t = _input_type(vi, body_dims, f"input of body '{gp.name}'") if vi.type.HasField("tensor_type") else None
+        typed = vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type != onnx.TensorProto.UNDEFINED
+        t = _input_type(vi, body_dims, f"input of body '{gp.name}'") if typed else None  # bodies may leave it to inference
         if t is not None:
             types[vi.name] = t
         inputs.append(vi.name)

@@ -18,7 +18,7 @@ from ir.graph import Graph, Node
 from ir.ops import OPS
 from ir.dtypes import ONNX_TYPES as _ONNX_TYPES
 from ir.graph import Graph as _Graph
-from ir.shapes import DimRange, bind, format_shape, unify
+from ir.shapes import DimRange, bind, check_size, format_shape, unify
 
 
 @dataclass
@@ -102,6 +102,7 @@ def run_reference(g: Graph, feeds: dict[str, np.ndarray]) -> ReferenceResult:
     t_start = time.perf_counter()
     tells = set(g.runtime_dims.values())  # nodes whose outputs bind runtime dims
     for n in g.nodes:
+        _guard_outputs(g, n, sizes)
         t0 = time.perf_counter()
         args = [env[i] if i else None for i in n.inputs]
         outs = None
@@ -123,6 +124,19 @@ def run_reference(g: Graph, feeds: dict[str, np.ndarray]) -> ReferenceResult:
     result = ReferenceResult({o: env[o] for o in g.outputs})
     result.report, result.sizes = report, sizes
     return result
+
+
+def _guard_outputs(g: Graph, n: Node, sizes: dict) -> None:
+    """A misread dim fails here, naming the node, not as a huge allocation in its reference."""
+    for o in n.outputs:
+        t = g.types.get(o) if o else None
+        if t is None:
+            continue
+        try:
+            shape = bind(t.shape, sizes)
+        except ShapeError:
+            continue  # runtime dims not known yet
+        check_size(shape, t.dtype, f"node '{n.name}' ({n.op}): output '{o}'", t.shape)
 
 
 def _attr(name, value):

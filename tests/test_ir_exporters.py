@@ -478,3 +478,5 @@ def test_a_misread_size_is_an_error_naming_node_value_and_dim_not_an_allocation(
     import runtime
     with pytest.raises(ShapeError, match=r"node '(tile|Relu_1)'.*2\*\*31"):
         runtime.load(m)(np.zeros((2, 4), np.float32))
+    with pytest.raises(ShapeError, match=r"node 'tile' \(Tile\): output 't'.*axis 1"):
+        run_reference(g, {"x": np.zeros((2, 4), np.float32)})

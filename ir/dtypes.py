@@ -1,13 +1,20 @@
 """ONNX element types <-> dtype names, and which ones tensortune runs.
 
 The table covers every `TensorProto` element type, so no type is ever silently
-retyped; one tensortune cannot run is an error naming the value and the type.
-bfloat16 is NumPy's through `ml_dtypes` (what `onnx.numpy_helper` returns).
+retyped. Compiled kernels and our NumPy references compute in the `RUNNABLE`
+types; tensors of other types with a NumPy dtype (float8, int4, complex, strings
+as `object`, all as `onnx.numpy_helper` returns them, through `ml_dtypes`) run on
+the per-node onnx.reference path; a type with none is a ModelError naming the value.
 """
 from __future__ import annotations
 
 import numpy as np
 from onnx import TensorProto, helper
+
+try:  # registers bfloat16, float8_*, int4... with NumPy (onnx depends on it)
+    import ml_dtypes  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
 
 from ir.errors import ModelError
 
@@ -17,7 +24,7 @@ DTYPES: dict[int, str] = {
     TensorProto.BFLOAT16: "bfloat16",
     TensorProto.INT8: "int8", TensorProto.INT16: "int16", TensorProto.INT32: "int32", TensorProto.INT64: "int64",
     TensorProto.UINT8: "uint8", TensorProto.UINT16: "uint16", TensorProto.UINT32: "uint32",
-    TensorProto.UINT64: "uint64", TensorProto.BOOL: "bool", TensorProto.STRING: "string",
+    TensorProto.UINT64: "uint64", TensorProto.BOOL: "bool", TensorProto.STRING: "object",
     TensorProto.COMPLEX64: "complex64", TensorProto.COMPLEX128: "complex128",
 }
 for _name in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4", "INT4", "FLOAT4E2M1",
@@ -43,9 +50,14 @@ def dtype_name(elem_type: int, where: str) -> str:
 
 
 def check_runnable(dtype: str, where: str) -> None:
-    if dtype not in RUNNABLE:
+    """ModelError unless some path can hold and run tensors of `dtype` (see the module doc)."""
+    if dtype in RUNNABLE:
+        return
+    try:
+        np.dtype(dtype)
+    except TypeError:
         raise ModelError(f"{where} has dtype {dtype}, which tensortune cannot run "
-                         f"(it runs {', '.join(sorted(RUNNABLE))})")
+                         f"(it has no NumPy dtype; compiled kernels run {', '.join(sorted(RUNNABLE))})") from None
 
 
 def onnx_type(dtype) -> int:

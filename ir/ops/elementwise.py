@@ -20,7 +20,7 @@ except ImportError:  # pragma: no cover
     _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 from ir.dtypes import DTYPES as _ALL_DTYPES, RUNNABLE as _RUNNABLE  # noqa: E402
-_DTYPE_NAMES = {k: v for k, v in _ALL_DTYPES.items() if v in _RUNNABLE}
+_DTYPE_NAMES = dict(_ALL_DTYPES)
 
 
 def _broadcast_infer(out_dtype=None):
@@ -212,7 +212,7 @@ def _cast_dtype(n) -> str:
 
 
 def _cast_ref(n, xs):
-    if int(n.attrs.get("to", 1)) not in _DTYPE_NAMES:  # bfloat16, float8, int4...: onnx.reference
+    if _cast_dtype(n) not in _RUNNABLE:  # float8, int4, strings...: onnx.reference
         raise UnsupportedOpError(f"node '{n.name}' (Cast): target type {n.attrs.get('to')} has no NumPy dtype")
     return [np.asarray(xs[0]).astype(_cast_dtype(n))]
 

@@ -30,7 +30,7 @@ from ir.ops import BROADCAST, ELEMWISE, OPS
 from ir.reference import bind_inputs
 from ir.shapes import bind
 from ir.workload import make_workload
-from runtime.choose import REFERENCE, Chooser
+from runtime.choose import REFERENCE, Choice, Chooser
 
 STATIC, VIEW = "static", "view"   # shape computations folded per shape; reshapes run as views
 _VIEW_OPS = ("Reshape", "Unsqueeze", "Squeeze", "Flatten")
@@ -201,6 +201,8 @@ class CompiledModel:
         for k, sg in enumerate(self.subgraphs):
             wl = make_workload(g, sg, sizes)
             choice = self.chooser.choose(wl)
+            if choice.kind != REFERENCE and set(self._read_outside[k]) - {sg.output}:
+                choice = Choice(REFERENCE, None, None)  # a kernel writes one output; this hands on more
             step = Step(sg, choice.kind, k, name=str(sg), in_slots=[self._slot[i] for i in sg.inputs])
             if choice.kind == REFERENCE and self._fold_static(sg, sizes, static):
                 step.kind = STATIC

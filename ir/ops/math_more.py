@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ir.errors import UnsupportedOpError
 from ir.graph import TensorType
-from ir.ops.elementwise import _binary, _broadcast_infer, _unary
+from ir.ops.elementwise import _DTYPE_NAMES, _binary, _broadcast_infer, _unary
 from ir.ops.registry import BROADCAST, ELEMWISE, f32, register
 
 # -- trigonometric and hyperbolic (math.* exists for each in numba) ---------------------
@@ -114,6 +115,8 @@ register("BitShift", BROADCAST, _broadcast_infer(), _bitshift)
 
 # -- CastLike: Cast to the dtype of the second input --------------------------------------
 def _castlike_ref(n, xs):
+    if xs[1].dtype.name not in _DTYPE_NAMES.values():  # float8/int4...: saturation rules of their own
+        raise UnsupportedOpError(f"node '{n.name}' (CastLike): target dtype {xs[1].dtype} has no NumPy cast")
     return [np.asarray(xs[0]).astype(xs[1].dtype)]
 
 

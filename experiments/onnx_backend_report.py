@@ -8,6 +8,7 @@ output matches onnx's expected data at the test's tolerance, as onnx's own runne
 from __future__ import annotations
 
 import collections
+import json
 import re
 import sys
 import time
@@ -53,17 +54,22 @@ def main() -> None:
     gaps = backend._gap_of()
     passed, compiled, onnx_ref, ort_ok = 0, 0, 0, 0
     failures: dict[str, list[str]] = collections.defaultdict(list)
-    unexpected = []
-    for name, case in cases.items():
+    unexpected, per_test = [], {}
+    for k, (name, case) in enumerate(cases.items()):
         ort_ok += _ort_passes(case)
         try:
             model = backend.run_case(case)
         except Exception as e:
             why = gaps.get(name) or _cause(e)
             failures[why].append(name)
+            per_test[name] = _cause(e)
             if name not in gaps:
                 unexpected.append(name)
             continue
+        finally:
+            if k % 100 == 0:
+                print(f"{k}/{len(cases)} {time.time() - t0:.0f} s", flush=True)
+        per_test[name] = "pass"
         passed += 1
         compiled += backend.compiled_kernels(model) > 0
         onnx_ref += bool(model.coverage().fallback_ops)
@@ -98,6 +104,8 @@ def main() -> None:
         lines += [f"- `{n}`" for n in unexpected]
     out = Path(__file__).with_name("onnx_backend_results.md")
     out.write_text("\n".join(lines) + "\n")
+    # per test: "pass" or the failure's cause (what KNOWN_GAPS is updated from)
+    out.with_suffix(".json").write_text(json.dumps(per_test, indent=0, sort_keys=True) + "\n")
     print(f"passed {passed}/{total} ({compiled} with compiled kernels); onnxruntime {ort_ok}; "
           f"{len(unexpected)} not as expected; wrote {out}")
 

@@ -5,8 +5,8 @@ subgraph, the NumPy reference ops otherwise) and a call of the `CompiledModel`.
 Every node test is attempted; none is skipped by op. Those that fail for a known
 reason are in KNOWN_GAPS (reason -> tests) and xfail strictly, so a fix shows up as
 an unexpected pass and a regression as a failure. The default run takes a fixed
-sample: every test that runs on references only (fast) plus every sixth of those that
-compile kernels (~190 tests, ~1.5 min cold on 2 shared cores);
+sample (~940 tests): every test that runs on references only (fast) plus every sixth
+of those that compile kernels;
 `-m slow` runs all of them. `experiments/onnx_backend_report.py` writes the table.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""LpPool, GlobalLpPool and MaxUnpool: window geometry shared with `ir.ops.nn`'s pooling."""
+"""LpPool, GlobalLpPool, MaxUnpool and Col2Im: window geometry as in `ir.ops.nn`'s pooling."""
 from __future__ import annotations
 
 import numpy as np
@@ -60,3 +60,37 @@ def _unpool(node, xs):
 
 
 register("MaxUnpool", OPAQUE, _unpool_infer, _unpool)
+
+
+# -- Col2Im: sum sliding blocks [N, C*prod(block), L] back into an image [N, C, *image] -------------
+def _col2im_infer(node, types, consts):
+    if consts[1] is None:
+        raise DataDependentShapeError(f"node '{node.name}' (Col2Im): image_shape must be a constant")
+    x = types[0].shape
+    image = dims_of(consts[1])
+    if consts[2] is None:
+        raise DataDependentShapeError(f"node '{node.name}' (Col2Im): block_shape must be a constant")
+    block = int(np.prod(dims_of(consts[2])))
+    return [TensorType((x[0], x[1] // block) + tuple(image), types[0].dtype)]
+
+
+def _col2im(node, xs):
+    cols, image, block = xs[0], [int(v) for v in xs[1]], [int(v) for v in xs[2]]
+    k = len(image)
+    strides = list(node.attrs.get("strides") or [1] * k)
+    dil = list(node.attrs.get("dilations") or [1] * k)
+    pads = list(node.attrs.get("pads") or [0] * (2 * k))
+    padded = [image[i] + pads[i] + pads[i + k] for i in range(k)]
+    blocks = [(padded[i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1 for i in range(k)]
+    n, cb, _ = cols.shape
+    c = cb // int(np.prod(block))
+    v = cols.reshape((n, c) + tuple(block) + tuple(blocks))
+    y = np.zeros((n, c) + tuple(padded), cols.dtype)
+    for off in np.ndindex(*block):
+        sl = tuple(slice(off[i] * dil[i], off[i] * dil[i] + strides[i] * (blocks[i] - 1) + 1, strides[i]) for i in range(k))
+        y[(slice(None), slice(None)) + sl] += v[(slice(None), slice(None)) + off]
+    crop = tuple(slice(pads[i], pads[i] + image[i]) for i in range(k))
+    return [np.ascontiguousarray(y[(slice(None), slice(None)) + crop])]
+
+
+register("Col2Im", OPAQUE, _col2im_infer, _col2im)

@@ -1,13 +1,15 @@
 """GridSample (2-D and volumetric): sample X at normalized grid coordinates, separably —
-nearest, linear or cubic (Keys, a = -0.75) taps, zeros/border/reflection padding."""
+nearest, linear or cubic (Keys, a = -0.75) taps, zeros/border/reflection padding; and
+AffineGrid, which builds such a grid from affine matrices."""
 from __future__ import annotations
 
 import itertools
 
 import numpy as np
 
+from ir.errors import DataDependentShapeError
 from ir.graph import TensorType
-from ir.ops.registry import OPAQUE, register
+from ir.ops.registry import OPAQUE, dims_of, register
 
 
 def _reflect(x, lo, hi):
@@ -97,3 +99,31 @@ def _grid_sample_infer(node, types, consts):
 
 
 register("GridSample", OPAQUE, _grid_sample_infer, _grid_sample)
+
+
+# -- AffineGrid: the sampling grid GridSample reads, from per-batch affine matrices ---------------
+def _base_coords(size, align):
+    """Normalized pixel centers (or corners with align_corners) along one axis, in [-1, 1]."""
+    if align:
+        return np.linspace(-1, 1, size) if size > 1 else np.zeros(1)
+    return (np.arange(size) * 2 + 1) / size - 1
+
+
+def _affine_grid(node, xs):
+    theta, size = xs[0], [int(v) for v in np.asarray(xs[1]).reshape(-1)]
+    spatial = size[2:]
+    align = bool(node.attrs.get("align_corners", 0))
+    axes = np.meshgrid(*[_base_coords(s, align) for s in spatial], indexing="ij")  # (z,) y, x
+    homo = np.stack(list(reversed(axes)) + [np.ones(spatial)], axis=-1)              # x, y, (z), 1
+    grid = np.einsum("nij,...j->n...i", theta.astype(np.float64), homo)
+    return [grid.astype(theta.dtype)]
+
+
+def _affine_grid_infer(node, types, consts):
+    if consts[1] is None:
+        raise DataDependentShapeError(f"node '{node.name}' (AffineGrid): size must be a constant")
+    size = dims_of(consts[1])
+    return [TensorType((size[0],) + tuple(size[2:]) + (len(size) - 2,), types[0].dtype)]
+
+
+register("AffineGrid", OPAQUE, _affine_grid_infer, _affine_grid)

@@ -1,4 +1,5 @@
-"""Signal windows (Hann/Hamming/Blackman), BitCast and CenterCropPad: small NumPy references."""
+"""Signal windows (Hann/Hamming/Blackman), BitCast, CenterCropPad and the random generators
+(Bernoulli, RandomUniform/Normal[Like]): small NumPy references."""
 from __future__ import annotations
 
 import numpy as np
@@ -82,3 +83,52 @@ def _ccp(node, xs):
 
 
 register("CenterCropPad", INJECTIVE, _ccp_infer, _ccp)
+
+
+# -- random generators: a `seed` attribute makes the draw repeatable. The values are NumPy's
+# -- generator's (no two runtimes agree on them), so only shape, dtype and range are portable -------
+def _rng(node):
+    seed = node.attrs.get("seed")
+    return np.random.default_rng(None if seed is None else int(np.float32(seed).view(np.uint32)))
+
+
+def _random_dtype(node, like=None):
+    if "dtype" in node.attrs:
+        return _out_dtype(node, "dtype")
+    return like if like is not None else "float32"
+
+
+def _random_shape(node, types):
+    return tuple(node.attrs["shape"]) if "shape" in node.attrs else types[0].shape
+
+
+def _random(kind):
+    def ref(node, xs):
+        shape = tuple(node.attrs["shape"]) if "shape" in node.attrs else xs[0].shape
+        dt = _random_dtype(node, None if not xs else str(xs[0].dtype))
+        g = _rng(node)
+        if kind == "uniform":
+            lo, hi = node.attrs.get("low", 0.0), node.attrs.get("high", 1.0)
+            y = g.uniform(lo, hi, shape)
+        else:
+            y = g.normal(node.attrs.get("mean", 0.0), node.attrs.get("scale", 1.0), shape)
+        return [y.astype(dt)]
+
+    def infer(node, types, consts):
+        like = types[0].dtype if types else None
+        return [TensorType(_random_shape(node, types), _random_dtype(node, like))]
+    return infer, ref
+
+
+register("RandomUniform", OPAQUE, *_random("uniform"))
+register("RandomUniformLike", OPAQUE, *_random("uniform"))
+register("RandomNormal", OPAQUE, *_random("normal"))
+register("RandomNormalLike", OPAQUE, *_random("normal"))
+
+
+def _bernoulli(node, xs):
+    p = xs[0]
+    return [(_rng(node).random(p.shape) < p).astype(_random_dtype(node, str(p.dtype)))]
+
+
+register("Bernoulli", OPAQUE, lambda n, t, c: [TensorType(t[0].shape, _random_dtype(n, t[0].dtype))], _bernoulli)

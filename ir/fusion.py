@@ -84,7 +84,8 @@ def partition(g: Graph) -> list[FusedSubgraph]:
             if new_kind:
                 target.kind = new_kind
         else:
-            target = FusedSubgraph([n], [], n.outputs[0], kind)
+            # the first output may be omitted ('': RNN's Y with only Y_h wanted)
+            target = FusedSubgraph([n], [], next((o for o in n.outputs if o), n.outputs[0]), kind)
             groups.append(target)
         if single:
             open_group[n.outputs[0]] = target

@@ -9,6 +9,7 @@ from ir.dtypes import check_runnable
 from ir.errors import DataDependentShapeError, ShapeError, UnsupportedOpError
 from ir.graph import Graph, Node, TensorType
 from ir.ops import OPS, VALUE_FNS, get_op, take_constraints
+from ir.lowering import lower
 from ir.ops.registry import runtime_dim
 from ir.patterns import fuse_gelu
 from ir.shapes import dims_equal, format_shape, is_runtime_dim
@@ -398,7 +399,7 @@ def decompose_gemm(g: Graph) -> Graph:
     return infer_shapes(g)
 
 
-DEFAULT_PIPELINE = (infer_shapes, remove_identities, decompose_gemm, fold_constants, fuse_gelu, infer_shapes,
+DEFAULT_PIPELINE = (infer_shapes, lower, remove_identities, decompose_gemm, fold_constants, fuse_gelu, infer_shapes,
                     fold_batchnorm, resolve_reshape_targets, fold_constants, cancel_transposes, fold_constants,
                     eliminate_dead_code, infer_shapes)
 

@@ -63,7 +63,7 @@ def test_describe_partition_groups_by_signature_and_lists_fallbacks():
     for k in range(3):
         nodes += [Node("MatMul", (x, f"w{k}"), (f"m{k}",)), Node("Relu", (f"m{k}",), (f"r{k}",))]
         x = f"r{k}"
-    nodes.append(Node("Celu", (x,), ("y",)))     # no reference of ours: falls back
+    nodes.append(Node("DeformConv", (x,), ("y",)))     # no reference of ours: falls back
     g = Graph(nodes, ["x"], ["y"], {f"w{k}": _w(16, 16) for k in range(3)}, {"x": TensorType((N, 16))},
               {"N": DimRange("N", 1, 64)}, hints={"y": TensorType((N, 16))})
     g = infer_shapes(g)
@@ -72,7 +72,7 @@ def test_describe_partition_groups_by_signature_and_lists_fallbacks():
     assert "4 subgraphs, 2 distinct workloads" in lines[0] and "N in [1, 64]" in lines[0]
     row = next(line for line in lines if "MatMul + Relu" in line)
     assert " 3 " in row and "528*N" in row  # 2*16*16 + 16 (Relu) and "float32[N, 16]" in row
-    assert lines[-1] == "fallback to onnx.reference: Celu"
+    assert lines[-1] == "fallback to onnx.reference: DeformConv"
 
 
 def test_partition_comes_in_dependency_order():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.errors import ShapeError, UnsupportedOpError
+from ir.errors import ShapeError
 from ir.graph import TensorType
 from ir.ops.registry import ANCHOR, OPAQUE, REDUCE, note_equal, register
 from ir.shapes import ceil_div, floor_div, format_shape, simplify_dim
@@ -256,7 +256,7 @@ def _bn_infer(node, types, consts):
     x = types[0].shape
     for t in types[1:5]:
         note_equal(node, t.shape[0], x[1])
-    return [types[0]]
+    return [types[0]] + list(types[3:5])  # training mode also writes the running mean and var
 
 
 def bn_scale_shift(node, scale, bias, mean, var):
@@ -269,10 +269,22 @@ def bn_scale_shift(node, scale, bias, mean, var):
 def _bn_ref(node, xs):
     x = xs[0]
     if node.attrs.get("training_mode", 0):
-        raise UnsupportedOpError(f"node '{node.name}' (BatchNormalization): training_mode is not supported")
+        return _bn_training(node, xs)
     a, b = bn_scale_shift(node, *xs[1:5])
     shape = (1, -1) + (1,) * (x.ndim - 2)
     return [(x * a.reshape(shape) + b.reshape(shape)).astype(x.dtype)]
+
+
+def _bn_training(node, xs):
+    """Normalize with the batch's statistics; update the running ones with `momentum`."""
+    x, scale, bias, mean, var = xs[:5]
+    axes = (0,) + tuple(range(2, x.ndim))
+    bmean, bvar = x.mean(axis=axes), x.var(axis=axes)
+    a, b = bn_scale_shift(node, scale, bias, bmean.astype(scale.dtype), bvar.astype(scale.dtype))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    m = np.asarray(node.attrs.get("momentum", 0.9), mean.dtype)
+    return [(x * a.reshape(shape) + b.reshape(shape)).astype(x.dtype),
+            (mean * m + bmean * (1 - m)).astype(mean.dtype), (var * m + bvar * (1 - m)).astype(var.dtype)]
 
 
 # opaque: its [C] params do not broadcast NumPy-style; passes fold it into a Conv/MatMul or

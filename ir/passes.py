@@ -155,6 +155,10 @@ def _is_noop(g: Graph, n: Node) -> bool:
         return False
     if n.op == "Cast":
         return x.dtype == y.dtype
+    if n.op == "Slice" and len(n.inputs) > 4 and n.inputs[4]:   # a reverse keeps the shape, not the order
+        steps = g.constants.get(n.inputs[4])
+        if steps is None or np.any(np.asarray(steps) != 1):
+            return False
     if n.op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Pad", "Slice", "Tile"):
         return x.dtype == y.dtype and _same_shape(x.shape, y.shape) and (n.op != "Pad" or
                                                                          n.attrs.get("mode", "constant") == "constant")

@@ -8,6 +8,7 @@ Each model is loaded once per module and its calls are shared by the three tests
 """
 from __future__ import annotations
 
+import signal
 import time
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ except ImportError:
     from real_models.cases import CASES
 
 IMPORT_LIMIT_S = 10.0   # loose: the goal is ~1 s; this catches a regression to minutes
+LOAD_BUDGET_S = 30      # a load still running then is stopped, so a slow import costs CI seconds, not minutes
 RTOL = 1e-4             # max |diff| <= RTOL * max |ref|, per output
 
 # Known failures, each with its exact cause, until the fixes of issue 9 land (strict=False:
@@ -50,7 +52,7 @@ def _outcome(case) -> Outcome:
     try:
         out.stage = "load"
         t0 = time.perf_counter()
-        out.model = runtime.load(str(case.path))
+        out.model = _load_within_budget(str(case.path))
         out.load_s = time.perf_counter() - t0
         sess = ort.InferenceSession(str(case.path), providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
@@ -64,6 +66,18 @@ def _outcome(case) -> Outcome:
     except Exception as e:  # kept, and raised by every test of this model
         out.error = e
     return out
+
+
+def _load_within_budget(path: str):
+    def stop(signum, frame):
+        raise TimeoutError(f"runtime.load still running after {LOAD_BUDGET_S} s: stopped")
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(LOAD_BUDGET_S)
+    try:
+        return runtime.load(path)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _raise_failure(out: Outcome, load_only: bool = False):
@@ -109,3 +123,18 @@ def test_no_node_on_the_reference_path(case):
     ref_share = cov.share("reference")
     assert ref_share == 0.0 and not cov.fallback_ops, \
         f"{ref_share:.0%} of nodes on the reference path; onnx.reference ops: {cov.fallback_ops}; {cov}"
+
+
+def test_reverse_slice_over_a_whole_axis_is_kept():
+    """tf2onnx writes x[..., ::-1] as Slice(starts -1, ends INT64_MIN, steps -1): same shape as its
+    input, but not a no-op (simplify once removed it, silently reversing nothing)."""
+    from onnx import TensorProto, helper, numpy_helper
+    consts = {"s": [-1], "e": [-(2**63)], "a": [1], "p": [-1]}
+    g = helper.make_graph(
+        [helper.make_node("Slice", ["x", "s", "e", "a", "p"], ["t"]), helper.make_node("Relu", ["t"], ["y"])], "rev",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["unk__1", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["unk__2", 4])],
+        [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
+    np.testing.assert_array_equal(runtime.load(model)(x), np.maximum(x[:, ::-1], 0))

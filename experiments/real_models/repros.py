@@ -93,6 +93,21 @@ def tf2onnx_reverse_slice_symbolic():
     return m, [{"x": _rand(2, 4)}, {"x": _rand(3, 5)}]
 
 
+def opaque_op_type_from_onnx_inference():
+    """bert_*/gpt2_dynamo/detector_dynamo, even with every input dim fixed: an op without a shape
+    function (here GatherND at indices built by Range from Shape, as transformers' mask code
+    writes them) takes its type from onnx.shape_inference, whose dims are unk__N: "shape [unk__0, 3]
+    cannot be evaluated: unbound dims ['unk__0']"."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "one"], ["n"]),
+             helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+             helper.make_node("Unsqueeze", ["r", "ax1"], ["idx"]),
+             helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),
+             helper.make_node("GatherND", ["xt", "idx"], ["g"]), helper.make_node("Mul", ["g", "two"], ["y"])]
+    m = _model(nodes, [_vi("x", [3, 5])], [_vi("y", [5, 3])],
+               {"zero": np.int64(0), "one": np.int64(1), "ax1": _i64(1), "two": np.float32(2)})
+    return m, [{"x": _rand(3, 5)}, {"x": _rand(3, 5) + 1}]
+
+
 def dynamic_hw_import_time():
     """mobilenetv3_torchscript/detector: a chain of 12 stride-1/2 Convs on dynamic H/W; the shape
     expressions (floor((H - 1)/2) + 1 nested) go through sympy per dim: seconds per dozen nodes."""
@@ -150,10 +165,81 @@ def gather_elements_nd():
                {"x": _rand(3, 4), "i": _i64([0, 1], [2, 3], [3, 3]), "j": _i64([2], [0])}]
 
 
+# ------------------------------------------------------------------ kernels / coverage
+def split_on_reference():
+    """detector_*, gpt2_*, sdpa_torchscript (C2f blocks, qkv split): Split has no template."""
+    nodes = [helper.make_node("Split", ["x", "sp"], ["a", "b"], axis=1), helper.make_node("Mul", ["a", "b"], ["y"])]
+    m = _model(nodes, [_vi("x", ["B", 8, "H"])], [_vi("y", ["B", 4, "H"])], {"sp": _i64(4, 4)})
+    return m, [{"x": _rand(1, 8, 3)}, {"x": _rand(2, 8, 5)}]
+
+
+def bool_mask_where_on_reference():
+    """sdpa_*, every sdpa export: Where(Unsqueeze(mask: bool input), 0, -inf). A kernel whose inputs are
+    bool (the Unsqueeze of a bool graph input, the Where that reads it) has no template: reference path."""
+    nodes = [helper.make_node("Unsqueeze", ["m", "ax1"], ["mu"]), helper.make_node("Where", ["mu", "zero", "ninf"], ["bias"]),
+             helper.make_node("Add", ["x", "bias"], ["t"]), helper.make_node("Softmax", ["t"], ["y"], axis=-1)]
+    m = _model(nodes, [_vi("x", ["B", "S", "S"]), _vi("m", ["B", "S"], TensorProto.BOOL)], [_vi("y", ["B", "S", "S"])],
+               {"zero": np.float32(0), "ninf": np.float32(-np.inf), "ax1": _i64(1)})
+    keep = lambda b, s: np.arange(s)[None, :] < np.maximum(1, s - np.arange(b))[:, None]  # noqa: E731
+    return m, [{"x": _rand(2, 4, 4), "m": keep(2, 4)}, {"x": _rand(3, 6, 6), "m": keep(3, 6)}]
+
+
+def cast_and_bool_on_reference():
+    """gpt2_*, bert_* (attention-mask building): Cast int64->bool and And run on the reference path."""
+    nodes = [helper.make_node("Cast", ["m"], ["mb"], to=TensorProto.BOOL), helper.make_node("And", ["mb", "keep"], ["a"]),
+             helper.make_node("Cast", ["a"], ["af"], to=TensorProto.FLOAT), helper.make_node("Mul", ["x", "af"], ["y"])]
+    m = _model(nodes, [_vi("x", ["B", "S"]), _vi("m", ["B", "S"], TensorProto.INT64)], [_vi("y", ["B", "S"])],
+               {"keep": np.array(True)})
+    return m, [{"x": _rand(2, 5), "m": _i64([1, 1, 1, 0, 0], [1, 1, 1, 1, 1])},
+               {"x": _rand(1, 3), "m": _i64([1, 0, 1])}]
+
+
+def bool_gather_flatten_on_reference():
+    """gpt2_torchscript (causal-mask slicing): Cast to bool, Flatten and Gather of a bool tensor run on
+    the reference path (bool data is not compiled)."""
+    nodes = [helper.make_node("Cast", ["x"], ["b"], to=TensorProto.BOOL), helper.make_node("Flatten", ["b"], ["f"], axis=1),
+             helper.make_node("Gather", ["f", "i"], ["g"], axis=0), helper.make_node("Cast", ["g"], ["gf"], to=F),
+             helper.make_node("Mul", ["gf", "two"], ["y"])]
+    m = _model(nodes, [_vi("x", ["B", 2, 3]), _vi("i", ["K"], TensorProto.INT64)], [_vi("y", ["K", 6])],
+               {"two": np.float32(2)})
+    return m, [{"x": _rand(2, 2, 3), "i": _i64(0, 1)}, {"x": _rand(3, 2, 3), "i": _i64(2, 1, 1)}]
+
+
+def reduce_mean_spatial_on_reference():
+    """mobilenetv3_dynamo (AdaptiveAvgPool2d(1) exported as ReduceMean axes [-1, -2] keepdims): no template."""
+    nodes = [helper.make_node("ReduceMean", ["x", "ax"], ["t"], keepdims=1), helper.make_node("Relu", ["t"], ["y"])]
+    m = _model(nodes, [_vi("x", ["B", 4, "H", "W"])], [_vi("y", ["B", 4, 1, 1])], {"ax": _i64(-1, -2)}, opset=18)
+    return m, [{"x": _rand(1, 4, 6, 6)}, {"x": _rand(2, 4, 5, 9)}]
+
+
+def unbind_slice_squeeze_on_reference():
+    """sdpa_dynamo (qkv.unbind(0)): Slice then Squeeze of one axis runs on the reference path."""
+    nodes = [helper.make_node("Slice", ["x", "z", "o", "z"], ["s"]), helper.make_node("Squeeze", ["s", "z"], ["q"]),
+             helper.make_node("MatMul", ["q", "w"], ["y"])]
+    m = _model(nodes, [_vi("x", [3, "B", "S", 8])], [_vi("y", ["B", "S", 8])], {"z": _i64(0), "o": _i64(1),
+                                                                               "w": _rand(8, 8)})
+    return m, [{"x": _rand(3, 1, 4, 8)}, {"x": _rand(3, 2, 6, 8)}]
+
+
+def heads_reshape_transpose_on_reference():
+    """vit_dynamo (attention heads): Reshape [B,S,64]->[B,S,4,16], Transpose, Reshape chains run on the
+    reference path before the MatMul."""
+    nodes = [helper.make_node("Reshape", ["x", "t1"], ["r1"]), helper.make_node("Transpose", ["r1"], ["tr"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["tr", "t2"], ["r2"]), helper.make_node("MatMul", ["r2", "w"], ["y"])]
+    m = _model(nodes, [_vi("x", ["B", 5, 64])], [_vi("y", [None, 5, 16])],
+               {"t1": _i64(-1, 5, 4, 16), "t2": _i64(-1, 5, 16), "w": _rand(16, 16)})
+    return m, [{"x": _rand(1, 5, 64)}, {"x": _rand(3, 5, 64)}]
+
+
 AREAS = {
     "import/shapes": [torch_reshape_target_with_minus_one, paddle_dim_value_minus_one, paddle_question_mark_dims,
-                      tf2onnx_slice_end_1e9, tf2onnx_reverse_slice_symbolic, dynamic_hw_import_time],
+                      tf2onnx_slice_end_1e9, tf2onnx_reverse_slice_symbolic, opaque_op_type_from_onnx_inference,
+                      dynamic_hw_import_time],
     "missing op": [isnan_sdpa_guard, resize_nearest_scales, resize_linear_sizes, gather_elements_nd],
+    "kernel/coverage": [split_on_reference, bool_mask_where_on_reference, cast_and_bool_on_reference,
+                        bool_gather_flatten_on_reference,
+                        reduce_mean_spatial_on_reference, unbind_slice_squeeze_on_reference,
+                        heads_reshape_transpose_on_reference],
 }
 ALL = {f.__name__: (area, f) for area, fs in AREAS.items() for f in fs}
 

@@ -24,35 +24,32 @@ ONE_THREAD = {"TENSORTUNE_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "OMP_NUM_
               "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def run_one(name: str, timing: bool, reps: int, budget: float) -> dict:
-    """Everything measured for one model in this process (its kernel cache is the env's)."""
+def run_one(name: str, fixed: bool, timing: bool, reps: int, budget: float) -> dict:
+    """Everything measured for one model in this process (its kernel cache is the env's). `fixed`:
+    the model with its dims fixed at the timing shape (cases.Case.with_fixed_dims)."""
     import numpy as np
     import onnxruntime as ort
 
     import runtime
     from bench_e2e import timed
-    from ir import import_onnx, partition, simplify
     from real_models.cases import BY_NAME
     case = BY_NAME[name]
-    row, stage = {"model": name}, "import"
+    feeds = case.feeds(1)
+    source = case.with_fixed_dims(1) if fixed else str(case.path)
+    row, stage = {"model": name, "nodes_in": _node_count(case.path)}, "load"
     try:
         t0 = time.perf_counter()
-        g = simplify(import_onnx(str(case.path)))
-        row["subgraphs"] = len(partition(g))
-        row["import_s"] = time.perf_counter() - t0
-        row["nodes_in"], row["nodes"] = _node_count(case.path), len(g.nodes)
-        stage = "load"
-        t0 = time.perf_counter()
-        model = runtime.load(str(case.path))
-        feeds = case.feeds(1)
+        model = runtime.load(source)   # import, simplify, partition (kernels compile at the first call)
         row["load_s"] = time.perf_counter() - t0
+        row["nodes"], row["subgraphs"] = len(model.graph.nodes), len(model.subgraphs)
         stage = "first call"
         t0 = time.perf_counter()
         ours = model.run(feeds)
         row["first_call_s"] = time.perf_counter() - t0
         opts = ort.SessionOptions()
         opts.intra_op_num_threads, opts.inter_op_num_threads = 1, 1
-        sess = ort.InferenceSession(str(case.path), opts, providers=["CPUExecutionProvider"])
+        proto = source.SerializeToString() if fixed else source
+        sess = ort.InferenceSession(proto, opts, providers=["CPUExecutionProvider"])
         ref = sess.run(None, feeds)
         row["rel_err"] = max(float(np.max(np.abs(ours[o.name].astype(np.float64) - r), initial=0))
                              / max(float(np.max(np.abs(r), initial=0)), 1e-30) for o, r in zip(sess.get_outputs(), ref))
@@ -66,7 +63,6 @@ def run_one(name: str, timing: bool, reps: int, budget: float) -> dict:
         row["ref_ops"] = sorted({n.op for s in model.prepare(feeds).steps if s.kind == "reference"
                                  for n in s.subgraph.nodes})
         row["onnx_reference_ops"] = cov.fallback_ops
-        row["shape"] = {k: list(v.shape) for k, v in feeds.items()}
     except Exception as e:
         row["error"] = f"{stage}: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
     return row
@@ -77,13 +73,12 @@ def _node_count(path) -> int:
     return len(onnx.load(str(path), load_external_data=False).graph.node)
 
 
-def _child(name: str, cache: str, timing: bool, args) -> dict:
+def _child(name: str, cache: str, fixed: bool, timing: bool, args) -> dict:
     env = {**os.environ, **ONE_THREAD, "TENSORTUNE_CACHE": cache, "PYTHONPATH": str(ROOT)}
     env.pop("OPENBLAS_CORETYPE", None)
     env.pop("OPENBLAS_L2_SIZE", None)
     cmd = [sys.executable, __file__, "--one", name, "--reps", str(args.reps), "--budget", str(args.budget)]
-    if timing:
-        cmd.append("--timing")
+    cmd += ["--timing"] * timing + ["--fixed"] * fixed
     t0 = time.perf_counter()
     try:
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
@@ -101,26 +96,28 @@ def _fmt(v, spec=".2f", none="–"):
     return none if v is None else format(v, spec)
 
 
-def table(rows: list[dict]) -> list[str]:
-    out = ["| model | nodes (file → simplified) | import s | load + first call s, cold | same, warm | "
-           "coverage (share of nodes) | reference ops | tensortune ms | onnxruntime ms | ratio | rel. err |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for cold, warm in rows:
-        name = cold["model"]
-        if "error" in cold or "error" in warm:
-            err = cold.get("error") or warm.get("error")
-            out.append(f"| {name} | {cold.get('nodes_in', '?')} → {cold.get('nodes', '?')} | "
-                       f"{_fmt(cold.get('import_s'))} | **fails** | | | {err} | | | | |")
-            continue
-        cov = ", ".join(f"{k} {v:.0%}" for k, v in sorted(warm["shares"].items(), key=lambda kv: -kv[1]))
-        ops = ", ".join(warm["ref_ops"]) or "none"
-        if warm["onnx_reference_ops"]:
-            ops += f" (onnx.reference: {', '.join(warm['onnx_reference_ops'])})"
-        ratio = warm["tt_ms"] / warm["ort_ms"] if warm.get("ort_ms") else None
-        out.append(f"| {name} | {cold['nodes_in']} → {cold['nodes']} | {cold['import_s']:.2f} | "
-                   f"{cold['load_s'] + cold['first_call_s']:.1f} | {warm['load_s'] + warm['first_call_s']:.1f} | {cov} | "
-                   f"{ops} | {_fmt(warm.get('tt_ms'))} | {_fmt(warm.get('ort_ms'), '.3f')} | {_fmt(ratio, '.1f')}x | "
-                   f"{warm['rel_err']:.1e} |")
+def table(rows: list[tuple]) -> list[str]:
+    """Two lines per model: its dynamic export as written, and the same with its dims fixed."""
+    out = ["| model | dims | nodes (file → simplified) | import s | load + first call s, cold | same, warm | "
+           "coverage (share of nodes) | on the reference path | tensortune ms | onnxruntime ms | ratio | rel. err |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for cold, warm, fixed in rows:
+        for label, first, timed_row in (("dynamic", cold, warm), ("fixed", fixed, fixed)):
+            head = f"| {cold['model'] if label == 'dynamic' else ''} | {label} | {first['nodes_in']} → {first.get('nodes', '?')} |"
+            err = first.get("error") or timed_row.get("error")
+            if err:
+                out.append(f"{head} {_fmt(first.get('load_s'))} | **fails**: {err} | | | | | | | |")
+                continue
+            cov = ", ".join(f"{k} {v:.0%}" for k, v in sorted(timed_row["shares"].items(), key=lambda kv: -kv[1]))
+            ops = ", ".join(timed_row["ref_ops"]) or "none"
+            if timed_row["onnx_reference_ops"]:
+                ops += f" (onnx.reference: {', '.join(timed_row['onnx_reference_ops'])})"
+            ops += f"; {timed_row['ref_time']:.0%} of time" if timed_row["ref_ops"] else ""
+            ratio = timed_row["tt_ms"] / timed_row["ort_ms"]
+            cold_s = f"{first['load_s'] + first['first_call_s']:.1f}" if label == "dynamic" else "–"
+            out.append(f"{head} {first['load_s']:.2f} | {cold_s} | "
+                       f"{timed_row['load_s'] + timed_row['first_call_s']:.1f} | {cov} | {ops} | "
+                       f"{timed_row['tt_ms']:.2f} | {timed_row['ort_ms']:.3f} | {ratio:.1f}x | {timed_row['rel_err']:.1e} |")
     return out
 
 
@@ -130,12 +127,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--budget", type=float, default=2.0, help="seconds of timed runs per model and runtime")
-    ap.add_argument("--timeout", type=int, default=900, help="seconds per model and process")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per model and process")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--timing", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--fixed", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        print(json.dumps(run_one(args.one, args.timing, args.reps, args.budget)))
+        print(json.dumps(run_one(args.one, args.fixed, args.timing, args.reps, args.budget)))
         return 0
     from bench_e2e import machine
     from real_models.cases import CASES
@@ -143,10 +141,11 @@ def main(argv=None) -> int:
     rows, t_start = [], time.perf_counter()
     for name in names:
         with tempfile.TemporaryDirectory(prefix="tt_bench_cache_") as cache:
-            cold = _child(name, cache, False, args)
-            warm = _child(name, cache, True, args) if "error" not in cold else cold
-        rows.append((cold, warm))
-        print(table([(cold, warm)])[-1], flush=True)
+            cold = _child(name, cache, False, False, args)
+            warm = _child(name, cache, False, True, args) if "error" not in cold else cold
+            fixed = _child(name, cache, True, True, args)
+        rows.append((cold, warm, fixed))
+        print("\n".join(table([rows[-1]])[2:]), flush=True)
     import subprocess as sp
     commit = sp.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     lines = ["# Real-exporter models: import, first call, coverage, untuned latency", "",
@@ -157,10 +156,13 @@ def main(argv=None) -> int:
              "and BLAS 1). Kernels: **untuned** (default configs). Latency: the median of up to "
              f"{args.reps} runs ({args.budget:.0f} s budget) at each model's second test shape (tests/real_models/cases.py); "
              "ratio = tensortune / onnxruntime (lower is better).",
-             "import s = `simplify(import_onnx(...))` + `partition`; load + first call = `runtime.load` and the first "
-             "call at that shape, in a fresh process with an empty kernel cache (cold) or the one the cold run left "
-             "(warm). Coverage: share of nodes by kind over the program of that call (static = shape arithmetic "
-             "folded once per shape; view = reshapes run as views; reference = NumPy/onnx.reference at every call).",
+             "import s = `runtime.load` (import, simplify, partition; kernels compile at the first call); load + first "
+             "call: in a fresh process with an empty kernel cache (cold) or the one the cold run left (warm). "
+             "Row `fixed`: the same model with its input dims fixed at the timing shape and the exporter's value_info "
+             "dropped (`Case.with_fixed_dims`), run after the dynamic runs (so warm only as far as those got): it separates shape/import bugs from "
+             "op and kernel gaps. Coverage: share of nodes by kind in the program of that call (static = shape "
+             "arithmetic folded once per shape; view = reshapes run as views; reference = NumPy/onnx.reference at "
+             "every call).",
              "", *table(rows), ""]
     Path(args.out).write_text("\n".join(lines))
     print(f"wrote {args.out}")

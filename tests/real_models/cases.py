@@ -46,6 +46,22 @@ class Case:
                 raise ValueError(kind)
         return out
 
+    def with_fixed_dims(self, k: int):
+        """The model with every input dim fixed to shape point k and the exporter's value_info and
+        output dims dropped: what a static export would be (separates shape bugs from op/kernel ones)."""
+        import onnx
+        m = onnx.load(str(self.path))
+        shapes = {name: shape for name, (_, shape) in self.shapes[k].items()}
+        for vi in m.graph.input:
+            for d, v in zip(vi.type.tensor_type.shape.dim, shapes.get(vi.name, ())):
+                d.Clear()
+                d.dim_value = v
+        del m.graph.value_info[:]
+        for vi in m.graph.output:
+            for d in vi.type.tensor_type.shape.dim:
+                d.Clear()
+        return m
+
 
 def _text(batch, seq):
     return {"input_ids": ("ids", (batch, seq)), "attention_mask": ("mask", (batch, seq))}

@@ -43,7 +43,18 @@ def load_onnx(model) -> onnx.ModelProto:
     return proto
 
 
+def _initializer(t: onnx.TensorProto) -> np.ndarray:
+    """An initializer's array; one whose data does not fill its dims is a ModelError (the checker lets it pass)."""
+    try:
+        return numpy_helper.to_array(t)
+    except Exception as e:
+        raise ModelError(f"initializer '{t.name}' (dims {list(t.dims)}, data type {t.data_type}) cannot be read: "
+                         f"{type(e).__name__}: {e}") from None
+
+
 def _dim_name(raw: str) -> str:
+    if isinstance(raw, bytes):  # protobuf hands back invalid UTF-8 as bytes
+        raw = raw.decode("utf-8", "replace")
     name = re.sub(r"\W", "_", raw)
     return name if name and not name[0].isdigit() else f"d_{name}"
 
@@ -79,7 +90,7 @@ def import_onnx(model, dims: dict[str, DimRange] | None = None) -> Graph:
     proto = load_onnx(model)
     g = proto.graph
     dim_names: dict[str, str] = {}
-    constants = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    constants = {i.name: _initializer(i) for i in g.initializer}
     types: dict[str, TensorType] = {}
     inputs = []
     for vi in g.input:

@@ -158,11 +158,45 @@ def _onnx_inferred(proto, g) -> list:
     """onnx.shape_inference's value_info for values the model leaves unannotated: the
     types of ops we do not know (opaque ops) come from here."""
     known = {vi.name for vi in list(g.value_info) + list(g.output)}
-    try:
-        inferred = onnx.shape_inference.infer_shapes(_without_big_weights(proto), data_prop=True).graph.value_info
-    except Exception:
-        return []
+    inferred = _infer_isolated(_without_big_weights(proto), g.name)
     return [vi for vi in inferred if vi.name not in known]
+
+
+def _infer_isolated(proto: onnx.ModelProto, name: str) -> list:
+    """onnx.shape_inference's value_info, computed in a forked child: onnx's C++ asserts
+    abort the whole process on some malformed models (a Slice of a Pad with a negative
+    result dim, found by tests/test_fuzz.py); then only the child dies. [] if it fails."""
+    if not hasattr(os, "fork"):
+        try:
+            return list(onnx.shape_inference.infer_shapes(proto, data_prop=True).graph.value_info)
+        except Exception:
+            return []
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: write the inferred value_info, nothing else
+        code = 1
+        try:
+            os.close(r)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # onnx's assert message is not ours to print
+            out = onnx.GraphProto()
+            out.value_info.extend(onnx.shape_inference.infer_shapes(proto, data_prop=True).graph.value_info)
+            with os.fdopen(w, "wb") as f:
+                f.write(out.SerializeToString())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        raise ModelError(f"model '{name}' is malformed: onnx shape inference crashed on it "
+                         f"(signal {os.WTERMSIG(status)})")
+    if os.waitstatus_to_exitcode(status) != 0:
+        return []
+    out = onnx.GraphProto()
+    out.ParseFromString(data)
+    return list(out.value_info)
 
 
 def _constant_value(n, attrs) -> np.ndarray:

@@ -127,7 +127,11 @@ def _typed_bytes(g: Graph, outputs) -> int:
     for o in outputs:
         t = g.types.get(o) if o else None
         if t is not None and all(isinstance(d, (int, np.integer)) for d in t.shape):
-            total += int(np.prod([max(int(d), 0) for d in t.shape], dtype=object)) * np.dtype(t.dtype).itemsize
+            try:
+                itemsize = np.dtype(t.dtype).itemsize
+            except TypeError:  # a type NumPy cannot hold: the reference says so when folding
+                itemsize = 1
+            total += int(np.prod([max(int(d), 0) for d in t.shape], dtype=object)) * itemsize
     return total
 
 

@@ -1,21 +1,31 @@
 """Compile a loop module with numba, through an on-disk cache keyed by source hash.
 
 Numba's `cache=True` cannot cache code made by `exec` of a string, so each
-generated source is written to a content-hashed file and imported from there;
+generated source is written to a content-hashed file and compiled from there;
 numba then caches the machine code next to it (per CPU), and a second process
 (the runner, the deploy runtime) loads it in milliseconds instead of recompiling.
+
+What the cache can make us run, and why each is safe (see `codegen.cache_safety`):
+- the generated source: we execute the text we rendered, never the file's
+  contents (nor a `.pyc` of it); the file exists for numba and for error messages;
+- numba's index (`.nbi`) and machine code (`.nbc`) are pickles, loaded by numba.
+  Every directory on the way is ours and private (0700), so no other user can
+  plant one; and numba only ever reads cache files whose sha256 matches the
+  manifest we wrote after compiling them, so a truncated or foreign file is
+  deleted and the kernel recompiled instead of being unpickled.
 """
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import sys
 import tempfile
 import time
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
+from codegen.cache_safety import CacheError, discard, private_dir, verified, write_manifest
 from codegen.source import render
 from codegen.target import Target, host_target
 from schedules.loopnest import LoopModule
@@ -27,15 +37,31 @@ import numba  # noqa: E402
 
 numba.config.SLP_VECTORIZE = 1
 
+__all__ = ["CacheError", "CompileError", "CompiledModule", "build", "cache_dir", "source_for"]
+
 
 class CompileError(Exception):
     """numba rejected generated source (a template bug): recorded as compile_error."""
 
 
+def cache_root() -> Path:
+    return Path(os.environ.get("TENSORTUNE_CACHE") or Path.home() / ".cache" / "tensortune")
+
+
 def cache_dir() -> Path:
-    d = Path(os.environ.get("TENSORTUNE_CACHE", Path.home() / ".cache" / "tensortune")) / "kernels"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    """The kernel directory, private to this user (a `CacheError` if it cannot be)."""
+    root = private_dir(cache_root(), top=True)
+    return private_dir(root / "kernels")
+
+
+def numba_dir(source: Path) -> Path:
+    """Where numba keeps the machine code of `source`: next to it, or under $NUMBA_CACHE_DIR."""
+    if numba.config.CACHE_DIR:
+        from numba.core.caching import UserProvidedCacheLocator
+        base = private_dir(Path(numba.config.CACHE_DIR), top=True, var="NUMBA_CACHE_DIR")
+        return private_dir(base / UserProvidedCacheLocator.get_suitable_cache_subpath(str(source)),
+                           var="NUMBA_CACHE_DIR")
+    return private_dir(source.parent / "__pycache__")
 
 
 @dataclass
@@ -66,32 +92,46 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _execute(name: str, src: str, path: Path) -> types.ModuleType:
+    """Run the rendered text (not whatever the file holds) as module `name`; numba compiles
+    or loads each function here (explicit signatures). The code's file name is `path`,
+    which is where numba looks for its cache."""
+    mod = types.ModuleType(name)
+    mod.__file__ = str(path)
+    sys.modules[name] = mod
+    try:
+        exec(compile(src, str(path), "exec"), mod.__dict__)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return mod
+
+
 def build(module: LoopModule, target: Target | None = None) -> CompiledModule:
     """Compile (or load from cache) every function of `module` eagerly."""
     src, key = source_for(module, target)
     path = cache_dir() / f"k_{key}.py"
-    if not path.exists() or path.read_text() != src:
-        _write_atomic(path, src)
     name = f"tensortune_kernel_{key}"
     if name in sys.modules:
         mod = sys.modules[name]
         return CompiledModule(src, path, {f.name: getattr(mod, f.name) for f in module.functions}, 0.0, True)
-    cache_files_before = _has_numba_cache(path)
+    if not path.exists() or path.read_text() != src:
+        _write_atomic(path, src)
+    ndir = numba_dir(path)
+    cached = verified(ndir, path.stem)  # False: nothing cached, or discarded as corrupt/unknown
     t0 = time.perf_counter()
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
     try:
-        spec.loader.exec_module(mod)  # explicit signatures: numba compiles (or loads) right here
+        try:
+            mod = _execute(name, src, path)
+        except Exception:
+            if not cached:
+                raise
+            discard(ndir, path.stem)  # a cache file numba could not read: recompile once
+            cached, t0 = False, time.perf_counter()
+            mod = _execute(name, src, path)
     except Exception as e:
-        sys.modules.pop(name, None)
         msg = str(e).strip().splitlines()
         raise CompileError(f"{type(e).__name__}: {' '.join(msg[:3])[:500]} (source {path})") from None
     elapsed = time.perf_counter() - t0
-    return CompiledModule(src, path, {f.name: getattr(mod, f.name) for f in module.functions},
-                          elapsed, cache_files_before)
-
-
-def _has_numba_cache(path: Path) -> bool:
-    pyc = path.parent / "__pycache__"
-    return pyc.exists() and any(p.name.startswith(path.stem) and p.suffix == ".nbi" for p in pyc.iterdir())
+    write_manifest(ndir, path.stem)
+    return CompiledModule(src, path, {f.name: getattr(mod, f.name) for f in module.functions}, elapsed, cached)

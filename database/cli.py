@@ -155,9 +155,13 @@ def cmd_stats(db: Database, a) -> None:
 
 
 def _masked(db: Database) -> str:
+    return _masked_url(db.url)
+
+
+def _masked_url(url: str) -> str:
     from database.engine import mask
 
-    return mask(db.url)
+    return mask(url)
 
 
 def cmd_export(db: Database, a) -> None:
@@ -199,7 +203,7 @@ def _days(s: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description=__doc__)
-    p.add_argument("--db", metavar="URL", help=f"database URL (default: $TENSORTUNE_DB or {default_url()!r})")
+    p.add_argument("--db", metavar="URL", help=f"database URL (default: $TENSORTUNE_DB or {_masked_url(default_url())!r})")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def filters(sp, target=True):
@@ -252,7 +256,9 @@ def _require_existing(url: str) -> None:
 
 
 def _fail(msg: str) -> int:
-    print(f"{PROG}: error: {' '.join(str(msg).split())}", file=sys.stderr)
+    from ir.errors import one_line
+
+    print(f"{PROG}: error: {one_line(msg)}", file=sys.stderr)
     return 2
 
 

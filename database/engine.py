@@ -16,20 +16,34 @@ from pathlib import Path
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
+from database.errors import DatabaseError
+from ir.errors import redact, remember_secret
+
 MIGRATIONS = Path(__file__).parent / "migrations"
 _PG_MIGRATION_LOCK = 0x7475_6E65  # "tune"
 
 
 def mask(url: str) -> str:
+    """The URL as it may be shown: password hidden (the one rule, `ir.errors.redact`)."""
+    return redact(url)
+
+
+def parse_url(url: str):
+    """The parsed URL, its password remembered for masking; a DatabaseError if malformed."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url
+        u = make_url(url)
+    except Exception as e:
+        raise DatabaseError(f"database URL {mask(str(url))!r} is malformed: {e} "
+                            "(expected e.g. sqlite:///tuning.db or postgresql+psycopg://user@host/db)") from None
+    remember_secret(u.password)
+    if u.host and "@" in u.host:
+        raise DatabaseError(f"database URL {mask(url)!r}: its password holds an '@' (write it as %40)")
+    return u
 
 
 def make_engine(url: str) -> tuple[Engine, Engine]:
     """(engine for reads, engine for writes): on SQLite the writer begins IMMEDIATE."""
-    u = make_url(url)
+    u = parse_url(url)
     if u.get_backend_name() == "sqlite":
         if u.database and u.database != ":memory:" and not u.database.startswith("file:"):
             Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)

@@ -121,6 +121,8 @@ def parse_line(line: str) -> Record:
         d = json.loads(line, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
         raise _Bad(f"not valid JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise _Bad("nested too deeply") from None
     _need(isinstance(d, dict), "a line must be a JSON object")
     _check_fields(d)
     w = _check_workload(d)

@@ -54,7 +54,18 @@ def load_onnx(model) -> onnx.ModelProto:
     return proto
 
 
+def _initializer(t: onnx.TensorProto) -> np.ndarray:
+    """An initializer's array; one whose data does not fill its dims is a ModelError (the checker lets it pass)."""
+    try:
+        return numpy_helper.to_array(t)
+    except Exception as e:
+        raise ModelError(f"initializer '{t.name}' (dims {list(t.dims)}, data type {t.data_type}) cannot be read: "
+                         f"{type(e).__name__}: {e}") from None
+
+
 def _ident(raw: str) -> str:
+    if isinstance(raw, bytes):  # protobuf hands back invalid UTF-8 as bytes
+        raw = raw.decode("utf-8", "replace")
     name = re.sub(r"\W", "_", raw)
     return name if name and not name[0].isdigit() else f"d_{name}"
 
@@ -182,7 +193,7 @@ def _check_constants(constants: dict, consumers_of: dict) -> None:
 
 def _import_body(gp: onnx.GraphProto, scope: _Scope) -> Graph:
     """A control-flow body as an `ir.Graph` whose `outer` lists the enclosing values it reads."""
-    constants = {i.name: numpy_helper.to_array(i) for i in gp.initializer}
+    constants = {i.name: _initializer(i) for i in gp.initializer}
     nodes = _import_nodes(gp, scope, constants)
     types, inputs = {}, []
     body_dims = dict(scope.dims)
@@ -211,7 +222,7 @@ def import_onnx(model, dims: dict[str, DimRange] | None = None) -> Graph:
     g = proto.graph
     opset = next((o.version for o in proto.opset_import if o.domain in _DEFAULT_DOMAINS), 17)
     input_dims: dict[str, str | int | None] = {}  # name -> its dim_param; None: fresh; 0: fresh, may be 0
-    constants = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    constants = {i.name: _initializer(i) for i in g.initializer}
     types: dict[str, TensorType] = {}
     inputs = []
     for vi in g.input:
@@ -270,11 +281,45 @@ def _onnx_inferred(proto, g) -> list:
     """onnx.shape_inference's value_info for values the model leaves unannotated: the
     ranks and static sizes of ops we have no shape function for."""
     known = {vi.name for vi in list(g.value_info) + list(g.output)}
-    try:
-        inferred = onnx.shape_inference.infer_shapes(_without_big_weights(proto), data_prop=True).graph.value_info
-    except Exception:
-        return []
+    inferred = _infer_isolated(_without_big_weights(proto), g.name)
     return [vi for vi in inferred if vi.name not in known]
+
+
+def _infer_isolated(proto: onnx.ModelProto, name: str) -> list:
+    """onnx.shape_inference's value_info, computed in a forked child: onnx's C++ asserts
+    abort the whole process on some malformed models (a Slice of a Pad with a negative
+    result dim, found by tests/test_fuzz.py); then only the child dies. [] if it fails."""
+    if not hasattr(os, "fork"):
+        try:
+            return list(onnx.shape_inference.infer_shapes(proto, data_prop=True).graph.value_info)
+        except Exception:
+            return []
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: write the inferred value_info, nothing else
+        code = 1
+        try:
+            os.close(r)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # onnx's assert message is not ours to print
+            out = onnx.GraphProto()
+            out.value_info.extend(onnx.shape_inference.infer_shapes(proto, data_prop=True).graph.value_info)
+            with os.fdopen(w, "wb") as f:
+                f.write(out.SerializeToString())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        raise ModelError(f"model '{name}' is malformed: onnx shape inference crashed on it "
+                         f"(signal {os.WTERMSIG(status)})")
+    if os.waitstatus_to_exitcode(status) != 0:
+        return []
+    out = onnx.GraphProto()
+    out.ParseFromString(data)
+    return list(out.value_info)
 
 
 def _constant_value(n, attrs) -> np.ndarray:

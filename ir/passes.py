@@ -6,7 +6,7 @@ import numpy as np
 import sympy
 
 from ir.dtypes import check_runnable
-from ir.errors import DataDependentShapeError, ShapeError, UnsupportedOpError
+from ir.errors import DataDependentShapeError, ModelError, ShapeError, TensortuneError, UnsupportedOpError
 from ir.graph import Graph, Node, TensorType
 from ir.ops import OPS, VALUE_FNS, get_op, take_constraints
 from ir.lowering import lower
@@ -159,10 +159,14 @@ def fold_constants(g: Graph) -> Graph:
                     g.types.pop(o, None)
                 continue
             if n.inputs and all((not i) or i in g.constants for i in n.inputs):
-                values = OPS[n.op].ref(n, [g.constants.get(i) if i else None for i in n.inputs])
                 in_bytes = sum(g.constants[i].nbytes for i in n.inputs if i)
+                limit = max(1 << 20, 4 * in_bytes)
+                if _typed_bytes(g, n.outputs) > limit:  # too big to fold: not even computed once
+                    kept.append(n)
+                    continue
+                values = _fold(n, [g.constants.get(i) if i else None for i in n.inputs])
                 out_bytes = sum(np.asarray(v).nbytes for v in values)
-                if out_bytes <= max(1 << 20, 4 * in_bytes):
+                if out_bytes <= limit:
                     for o, v in zip(n.outputs, values):
                         if o:
                             g.constants[o] = np.asarray(v)
@@ -171,6 +175,30 @@ def fold_constants(g: Graph) -> Graph:
         kept.append(n)
     g.nodes = kept
     return g
+
+
+def _typed_bytes(g: Graph, outputs) -> int:
+    """Bytes of the outputs whose types are static (0 for symbolic ones)."""
+    total = 0
+    for o in outputs:
+        t = g.types.get(o) if o else None
+        if t is not None and all(isinstance(d, (int, np.integer)) for d in t.shape):
+            try:
+                itemsize = np.dtype(t.dtype).itemsize
+            except TypeError:  # a type NumPy cannot hold: the reference says so when folding
+                itemsize = 1
+            total += int(np.prod([max(int(d), 0) for d in t.shape], dtype=object)) * itemsize
+    return total
+
+
+def _fold(n, inputs) -> list:
+    """A node's reference on constant inputs; failing there is the model's error, named."""
+    try:
+        return OPS[n.op].ref(n, inputs)
+    except TensortuneError:
+        raise
+    except Exception as e:
+        raise ModelError(f"node '{n.name}' ({n.op}) fails on its constant inputs: {type(e).__name__}: {e}") from None
 
 
 def _all_ints(v) -> bool:

@@ -10,11 +10,11 @@ import warnings
 
 import numpy as np
 
-from ir.errors import TensortuneError, run_cli
+from ir.errors import CliParser, TensortuneError, redact, run_cli
 
 
 def _parser():
-    p = argparse.ArgumentParser(prog="tune-run", description="Run an ONNX model with tuned kernels.")
+    p = CliParser(prog="tune-run", description="Run an ONNX model with tuned kernels.")
     p.add_argument("--model", required=True)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--db", default=None, help="database URL (default $TENSORTUNE_DB or sqlite:///tuning.db if it exists)")
@@ -74,21 +74,36 @@ def _default_db(args):
 
 
 def _run(args) -> int:
+    for flag, v in (("--bench", args.bench), ("--seed", args.seed)):
+        if v < 0:
+            raise TensortuneError(f"{flag} must be >= 0, got {v}")
+    with warnings.catch_warnings(record=True) as caught:  # every warning goes in the report
+        warnings.simplefilter("always")
+        report, cov, mem = _report(args)
+    report["warnings"] = list(dict.fromkeys(redact(w.message) for w in caught))
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        _print_text(args, report, cov, mem)
+    if "check" in report and not report["check"]["ok"]:
+        return 3
+    return 0
+
+
+def _report(args):
+    """(the JSON report, kernel coverage, memory plan) of loading and running the model."""
     import runtime
     from ir.shapes import parse_dim_ranges, parse_shape_points
     dims = parse_dim_ranges(args.dim)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        t0 = time.perf_counter()
-        model = runtime.load(args.model, db=_default_db(args), plan=args.plan, dims=dims, strict=args.strict)
-        load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    model = runtime.load(args.model, db=_default_db(args), plan=args.plan, dims=dims, strict=args.strict)
+    load_s = time.perf_counter() - t0
     sizes = runtime.default_sizes(model.graph.dims, parse_shape_points(args.shape))
     feeds = random_feeds(model.graph, sizes, args.seed)
     t0 = time.perf_counter()
     outs = model.run(feeds)
     first_s = time.perf_counter() - t0
-    report = {"model": args.model, "sizes": sizes, "load_s": load_s, "first_run_s": first_s,
-              "warnings": [str(w.message) for w in caught]}
+    report = {"model": args.model, "sizes": sizes, "load_s": load_s, "first_run_s": first_s}
     if args.check:
         report["check"] = _check(args.model, feeds, outs)
     if args.bench:
@@ -102,26 +117,25 @@ def _run(args) -> int:
     report["coverage"] = cov.to_json()
     mem = model.memory(sizes)
     report["memory"] = mem.to_json()
-    if args.json:
-        print(json.dumps(report, indent=1))
-    else:
-        for w in report["warnings"]:
-            print(f"warning: {w}")
-        print(f"model {args.model} at {sizes}: loaded in {load_s:.2f} s, first run {first_s * 1e3:.1f} ms")
-        print(f"kernels: {cov}")
-        print(f"memory: {mem}")
-        if cov.fallback_ops:
-            print(f"ops on onnx.reference: {', '.join(cov.fallback_ops)}")
-        if "check" in report:
-            c = report["check"]
-            print(f"check vs onnxruntime: max abs error {c['max_abs_error']:.3g}, max rel error "
-                  f"{c['max_rel_error']:.3g} -> {'OK' if c['ok'] else 'MISMATCH'}")
-        if "latency_ms" in report:
-            l = report["latency_ms"]
-            print(f"latency over {args.bench} runs: p50 {l['p50']:.3f} ms, p95 {l['p95']:.3f} ms, p99 {l['p99']:.3f} ms")
-    if "check" in report and not report["check"]["ok"]:
-        return 3
-    return 0
+    return report, cov, mem
+
+
+def _print_text(args, report, cov, mem) -> None:
+    for w in report["warnings"]:
+        print(f"warning: {w}")
+    print(f"model {args.model} at {report['sizes']}: loaded in {report['load_s']:.2f} s, "
+          f"first run {report['first_run_s'] * 1e3:.1f} ms")
+    print(f"kernels: {cov}")
+    print(f"memory: {mem}")
+    if cov.fallback_ops:
+        print(f"ops on onnx.reference: {', '.join(cov.fallback_ops)}")
+    if "check" in report:
+        c = report["check"]
+        print(f"check vs onnxruntime: max abs error {c['max_abs_error']:.3g}, max rel error "
+              f"{c['max_rel_error']:.3g} -> {'OK' if c['ok'] else 'MISMATCH'}")
+    if "latency_ms" in report:
+        l = report["latency_ms"]
+        print(f"latency over {args.bench} runs: p50 {l['p50']:.3f} ms, p95 {l['p95']:.3f} ms, p99 {l['p99']:.3f} ms")
 
 
 def _check(model_path, feeds, outs) -> dict:

@@ -70,6 +70,8 @@ class Plan:
             raise PlanError(f"plan file '{path}' is a directory") from None
         except (OSError, ValueError) as e:
             raise PlanError(f"plan file '{path}' is not valid JSON: {e}") from None
+        except RecursionError:
+            raise PlanError(f"plan file '{path}' is nested too deeply to be a plan") from None
         return cls.from_json(d, str(path))
 
     @classmethod

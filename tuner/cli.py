@@ -4,11 +4,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ir.errors import TensortuneError, run_cli
+from ir.errors import CliParser, TensortuneError, redact, run_cli
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tune", description="Tune the kernels of an ONNX model on this machine. "
+    p = CliParser(prog="tune", description="Tune the kernels of an ONNX model on this machine. "
                                 "`tune inspect MODEL` prints the model's partition without tuning.")
     p.add_argument("--model", required=True, help="ONNX model file")
     p.add_argument("--trials", type=int, default=64, help="measurements for the whole model (default 64)")
@@ -102,9 +102,14 @@ def _run(args) -> int:
     if args.trials <= 0:
         raise TensortuneError(f"--trials must be a positive number, got {args.trials}")
     for flag, v in (("--batch-size", args.batch_size), ("--repeat", args.repeat), ("--number", args.number),
-                    ("--early-stopping", args.early_stopping), ("--time-budget", args.time_budget)):
-        if v is not None and v <= 0:
+                    ("--early-stopping", args.early_stopping), ("--time-budget", args.time_budget),
+                    ("--build-timeout", args.build_timeout), ("--run-timeout", args.run_timeout)):
+        if v is not None and not v > 0:  # `not >`: NaN too
             raise TensortuneError(f"{flag} must be a positive number, got {v}")
+    for flag, v in (("--min-repeat-ms", args.min_repeat_ms), ("--measure-runs", args.measure_runs),
+                    ("--seed", args.seed)):
+        if not v >= 0:
+            raise TensortuneError(f"{flag} must be >= 0, got {v}")
     from tuner.search import STRATEGIES
     if args.strategy not in STRATEGIES:  # validate names before any work
         raise TensortuneError(f"unknown --strategy '{args.strategy}' (choose from: {', '.join(sorted(STRATEGIES))})")
@@ -116,6 +121,8 @@ def _run(args) -> int:
         raise TensortuneError(f"unknown --scheduler '{args.scheduler}' (choose from: {', '.join(SCHEDULERS)})")
     from ir import load_onnx
     load_onnx(args.model)  # fail on a bad model before opening anything else
+    from codegen import cache_dir
+    cache_dir()  # a kernel cache we may not use fails here, not as a compile_error per candidate
     from database import Database
     from tuner.tune import TuneOptions, _ms, estimated_latency, measure_model_latency, summary_table, tune_model
     db = Database(args.db)
@@ -135,7 +142,7 @@ def _run(args) -> int:
         try:
             measured = measure_model_latency(args.model, db, dims, points[0], runs=args.measure_runs)
         except Exception as e:  # tuning results are stored; a failing model run must not hide that
-            print(f"end-to-end latency not measured: {type(e).__name__}: {e}", file=sys.stderr)
+            print(f"end-to-end latency not measured: {type(e).__name__}: {redact(e)}", file=sys.stderr)
             measured = None
         if measured is not None:
             print(f"end-to-end at {points[0] or 'static shape'}: estimated {_ms(est)} (tuned kernels only), "
@@ -149,7 +156,7 @@ def _run(args) -> int:
     if uncovered:
         print(f"{len(uncovered)} subgraph(s) have no template (shape computations fold once per shape at run time, reshapes run as views, anything else on the NumPy reference path): "
               + ", ".join(sorted({str(sg) for sg in uncovered})))
-    print(f"results in {db.url}")
+    print(f"results in {redact(db.url)}")
     if args.plan:
         from codegen import host_target
         from runtime import build_plan

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from codegen import Target, host_target
 from database import Database, Record
 from ir import import_onnx, simplify
-from ir.errors import TensortuneError
+from ir.errors import TensortuneError, redact
 from ir.shapes import DimRange
 from tuner.measure import Builder, LocalBuilder, LocalRunner, MeasureInput, MeasureResult, Runner
 from tuner.search import make_strategy
@@ -105,7 +105,7 @@ class _Log:
 
     def write(self, **event) -> None:
         if self.f:
-            self.f.write(json.dumps({"time": time.time(), **event}, default=str) + "\n")
+            self.f.write(redact(json.dumps({"time": time.time(), **event}, default=str)) + "\n")
             self.f.flush()
 
     def close(self):

@@ -98,7 +98,8 @@ def compare(got, want, reduction: int = 1) -> Comparison:
     bad = int(np.count_nonzero(outside))
     finite_err = np.where(np.isfinite(err), err, np.inf)
     max_abs = float(finite_err.max()) if finite_err.size else 0.0
-    max_rel = float((finite_err / np.maximum(np.abs(w), np.finfo(np.float64).tiny)).max()) if finite_err.size else 0.0
+    with np.errstate(over="ignore"):
+        max_rel = float((finite_err / np.maximum(np.abs(w), np.finfo(np.float64).tiny)).max()) if finite_err.size else 0.0
     worst = ""
     if bad:
         k = int(np.argmax(np.where(outside, np.nan_to_num(err / np.maximum(allowed, 1e-300), nan=np.inf), -1.0)))
@@ -124,13 +125,14 @@ def node_reduction(op: str, attrs: dict, in_shapes: list, out_shape) -> int:
         return math.prod(s) if s is not None else None
 
     a = in_shapes[0] if in_shapes else None
+    bias = int(op in ("Gemm", "Conv", "ConvTranspose") and len(in_shapes) > 2)   # a bias input: one more term
     if op in ("MatMul", "Gemm") and a:
-        return int(a[0] if op == "Gemm" and attrs.get("transA") and len(a) == 2 else a[-1])
+        return int(a[0] if op == "Gemm" and attrs.get("transA") and len(a) == 2 else a[-1]) + bias
     if op in ("Conv", "ConvTranspose") and len(in_shapes) > 1 and in_shapes[1]:
         w = in_shapes[1]
         if op == "Conv":
-            return max(1, math.prod(w[1:]))
-        return max(1, w[0] // max(1, int(attrs.get("group", 1))) * math.prod(w[2:]))
+            return max(1, math.prod(w[1:])) + bias
+        return max(1, w[0] // max(1, int(attrs.get("group", 1))) * math.prod(w[2:])) + bias
     if op in _POOLS and attrs.get("kernel_shape"):
         return max(1, math.prod(int(k) for k in attrs["kernel_shape"]))
     if op in _TO_THE_END and a:

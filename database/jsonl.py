@@ -12,6 +12,8 @@ import math
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
+
 from database.errors import DatabaseError
 from database.record import FIELD_NAMES, STATUSES, Record
 
@@ -91,6 +93,44 @@ def _check_workload(d: dict):
     return w
 
 
+# Generous physical bounds: no record may claim to beat them (a forged or corrupt timing
+# would otherwise win every `best` query). Per core: 64 FLOP/cycle (2 AVX-512 FMA units on
+# float32) and 128 bytes/cycle from cache, at 5 GHz; memory at least 1 TB/s in all.
+PEAK_FLOP_PER_CYCLE, PEAK_BYTES_PER_CYCLE, PEAK_HZ, PEAK_MEMORY_BPS = 64, 128, 5e9, 1e12
+# a target that does not say its core count (another kind of device): an absurdly high peak
+UNKNOWN_TARGET_FLOPS, UNKNOWN_TARGET_BPS = 1e16, 1e14
+
+
+def peak_rates(target: dict) -> tuple[float, float]:
+    """(FLOP/s, bytes/s) that no kernel on `target` can exceed."""
+    cores = target.get("cores")
+    if target.get("kind") != "cpu" or not (isinstance(cores, int) and not isinstance(cores, bool) and cores > 0):
+        return UNKNOWN_TARGET_FLOPS, UNKNOWN_TARGET_BPS
+    return (cores * PEAK_FLOP_PER_CYCLE * PEAK_HZ,
+            max(PEAK_MEMORY_BPS, cores * PEAK_BYTES_PER_CYCLE * PEAK_HZ))
+
+
+def _check_plausible(d: dict, workload) -> None:
+    """The timings must not be faster than the target's peak FLOP/s or bandwidth allows for
+    the workload's FLOPs (counted from the workload, not the record's own field) and the
+    bytes of its output, which every kernel must at least write."""
+    times = [t for t in [d["median"], *d["latencies"]] if t is not None]
+    if not times:
+        return
+    fastest = min(times)
+    flops, bps = peak_rates(d["target"])
+    try:
+        work = workload.flops()
+        out_bytes = math.prod(workload.output_shape) * np.dtype(workload.output_dtype).itemsize
+    except Exception as e:
+        raise _Bad(f"'workload' cannot be sized ({type(e).__name__}: {e})") from None
+    floor = max(work / flops, out_bytes / bps)
+    _need(fastest >= floor and (fastest > 0 or floor == 0),
+          f"implausible timing: {fastest:.3g} s for {work} FLOPs and {out_bytes} output bytes is faster than "
+          f"target {d['target']['key']} can run ({floor:.3g} s at its peak of {flops / 1e9:.4g} GFLOP/s, "
+          f"{bps / 1e9:.4g} GB/s)")
+
+
 def _check_config(d: dict, workload) -> dict:
     try:
         from schedules import registry
@@ -127,6 +167,7 @@ def parse_line(line: str) -> Record:
     _check_fields(d)
     w = _check_workload(d)
     config = _check_config(d, w)
+    _check_plausible(d, w)
     d = {k: v for k, v in d.items() if k != "id"}
     d["config"] = config
     d["created_at"] = _created_at(d.get("created_at"))

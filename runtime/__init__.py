@@ -10,17 +10,19 @@ from codegen import host_target
 from ir import import_onnx, partition, simplify
 from ir.shapes import DimRange
 from runtime.choose import Chooser
-from runtime.executor import CompiledModel, Coverage, FallbackError
+from runtime.executor import MAX_PROGRAMS, CompiledModel, Coverage, FallbackError
 from runtime.memory import MemoryPlan
 from runtime.plan import Plan, PlanEntry, PlanError
 
 
 def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu",
-         strict: bool = False) -> CompiledModel:
+         strict: bool = False, max_programs: int = MAX_PROGRAMS) -> CompiledModel:
     """Load an ONNX model (path or ModelProto) with kernels from a database URL/`Database`
     or a plan (path or `Plan`); neither means default configs for every subgraph.
 
     `dims` declares ranges of dynamic dims: {"batch": (1, 64)} or DimRange values.
+    `max_programs`: how many per-shape programs (with their arenas) stay built; the least
+    recently used beyond that are dropped and rebuilt when their shape returns.
     """
     ranges = {k: v if isinstance(v, DimRange) else DimRange(k, int(v[0]), int(v[1])) for k, v in (dims or {}).items()}
     tgt = host_target(target)
@@ -40,7 +42,8 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
     if db is not None and not hasattr(db, "best"):
         from database import Database
         db = Database(db)
-    return CompiledModel(graph, partition(graph), Chooser(plan, db, tgt.key, strict=strict), strict=strict)
+    return CompiledModel(graph, partition(graph), Chooser(plan, db, tgt.key, strict=strict), strict=strict,
+                         max_programs=max_programs)
 
 
 def default_sizes(dims: dict[str, DimRange], shapes: dict[str, list[int]] | None = None) -> dict[str, int]:

@@ -54,7 +54,8 @@ class Chooser:
             if e is None:
                 e, kind = self.plan.nearest(wl.signature, wl.dims), NEAREST
             if e is not None:
-                return _Found(kind, e.template, e.template_version, e.config, f"plan entry {e.workload_key}")
+                where = f"plan entry {self.plan.entries.index(e)} (workload {e.workload_key})"
+                return _Found(kind, e.template, e.template_version, e.config, where)
         if self.db is not None:
             best = self.db.best(wl.key, self.target_key, 1)
             kind = TUNED

@@ -105,7 +105,7 @@ def _report(args):
     first_s = time.perf_counter() - t0
     report = {"model": args.model, "sizes": sizes, "load_s": load_s, "first_run_s": first_s}
     if args.check:
-        report["check"] = _check(args.model, feeds, outs)
+        report["check"] = _check(args.model, feeds, outs, model.graph, sizes)
     if args.bench:
         lat = []
         for _ in range(args.bench):
@@ -133,12 +133,17 @@ def _print_text(args, report, cov, mem) -> None:
         c = report["check"]
         print(f"check vs onnxruntime: max abs error {c['max_abs_error']:.3g}, max rel error "
               f"{c['max_rel_error']:.3g} -> {'OK' if c['ok'] else 'MISMATCH'}")
+        if not c["ok"]:
+            print(f"  {c['error']}")
     if "latency_ms" in report:
         l = report["latency_ms"]
         print(f"latency over {args.bench} runs: p50 {l['p50']:.3f} ms, p95 {l['p95']:.3f} ms, p99 {l['p99']:.3f} ms")
 
 
-def _check(model_path, feeds, outs) -> dict:
+def _check(model_path, feeds, outs, graph=None, sizes=None) -> dict:
+    """Our outputs vs onnxruntime's, element-wise under `ir.accuracy`'s rule (the tuner's):
+    the tolerance per output follows its dtype and the longest chain of reductions behind it."""
+    from ir.accuracy import compare, graph_reductions
     try:
         import onnxruntime as ort
     except ImportError:
@@ -146,18 +151,19 @@ def _check(model_path, feeds, outs) -> dict:
     sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     ref = dict(zip(names, sess.run(None, feeds)))
-    abs_err, rel_err, ok = 0.0, 0.0, True
+    reductions = graph_reductions(graph, sizes or {}) if graph is not None else {}
+    abs_err, rel_err, per_output, errors = 0.0, 0.0, {}, []
     for name, want in ref.items():
-        got = outs[name]
-        if got.shape != want.shape:
-            return {"max_abs_error": float("inf"), "max_rel_error": float("inf"), "ok": False,
-                    "error": f"output '{name}' shape {got.shape} vs onnxruntime {want.shape}"}
-        d = np.abs(got.astype(np.float64) - want.astype(np.float64))
-        scale = np.abs(want.astype(np.float64))
-        abs_err = max(abs_err, float(d.max()) if d.size else 0.0)
-        rel_err = max(rel_err, float((d / np.maximum(scale, 1e-6)).max()) if d.size else 0.0)
-        ok = ok and bool(np.allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(scale.max()) if scale.size else 1.0)))
-    return {"max_abs_error": abs_err, "max_rel_error": rel_err, "ok": ok}
+        c = compare(outs[name], want, reductions.get(name, 1))
+        abs_err, rel_err = max(abs_err, c.max_abs_error), max(rel_err, c.max_rel_error)
+        per_output[name] = {"ok": c.ok, "reduction": reductions.get(name, 1), "rtol": c.tolerance.rtol,
+                            "atol": c.tolerance.atol, "bad_elements": c.bad, "worst": c.worst}
+        if not c.ok:
+            errors.append(c.message(f"output '{name}'") + " vs onnxruntime")
+    report = {"max_abs_error": abs_err, "max_rel_error": rel_err, "ok": not errors, "outputs": per_output}
+    if errors:
+        report["error"] = errors[0]
+    return report
 
 
 if __name__ == "__main__":

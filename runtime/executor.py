@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +33,8 @@ from ir.shapes import UnboundDimsError, bind
 from ir.workload import make_workload
 from runtime.choose import REFERENCE, Choice, Chooser
 
+MAX_PROGRAMS = 16        # per-shape programs (each with its arena) a model keeps, least recently used dropped
+MAX_BOUND_SHAPES = 256   # input shapes whose bound dim sizes are remembered (small dicts)
 STATIC, VIEW = "static", "view"   # shape computations folded per shape; reshapes run as views
 _VIEW_OPS = ("Reshape", "Unsqueeze", "Squeeze", "Flatten")
 from runtime.memory import MemoryPlan, plan_memory
@@ -121,12 +124,16 @@ class CompiledModel:
     time per model (a lock enforces it), since a program's arena is shared by its calls."""
 
     def __init__(self, graph: Graph, subgraphs: list[FusedSubgraph], chooser: Chooser, strict: bool = False,
-                 plan_memory: bool = True):
+                 plan_memory: bool = True, max_programs: int = MAX_PROGRAMS):
         self.graph, self.chooser, self.strict = graph, chooser, strict
         self.subgraphs = topo_order(graph, subgraphs)
         self.plan_memory = plan_memory
-        self._programs: dict[tuple, Program] = {}
-        self._sizes_by_shapes: dict[tuple, dict] = {}  # input shapes -> bound dim sizes
+        if not (isinstance(max_programs, int) and not isinstance(max_programs, bool) and max_programs >= 1):
+            raise TensortuneError(f"max_programs must be an integer >= 1, got {max_programs!r}")
+        self.max_programs = max_programs
+        self._programs: OrderedDict[tuple, Program] = OrderedDict()   # LRU: most recently used last
+        self._programs_lock = threading.RLock()
+        self._sizes_by_shapes: OrderedDict[tuple, dict] = OrderedDict()  # input shapes -> bound dim sizes (LRU)
         self._kernels: dict[tuple, object] = {}      # (workload key, template, config) -> Kernel
         self._states: dict[tuple, object] = {}       # (subgraph, template, version, config) -> packed state
         self.stats = {"binds": 0, "bind_reused": 0, "compiles": 0}
@@ -159,12 +166,19 @@ class CompiledModel:
 
     # -- programs ---------------------------------------------------------------------
     def program(self, sizes: dict[str, int]) -> Program:
-        """The program for these dim sizes (built and cached on first use)."""
+        """The program for these dim sizes (built on first use). The `max_programs` most
+        recently used are kept; an older one is dropped with its arena (a caller still
+        running it keeps it alive until done) and rebuilt if its sizes come back."""
         key = tuple(sorted(sizes.items()))
-        prog = self._programs.get(key)
-        if prog is None:
+        with self._programs_lock:
+            prog = self._programs.get(key)
+            if prog is not None:
+                self._programs.move_to_end(key)
+                return prog
             prog = self._programs[key] = self._build(dict(sizes))
-        return prog
+            while len(self._programs) > self.max_programs:
+                self._programs.popitem(last=False)
+            return prog
 
     def prepare(self, feeds_or_sizes: dict) -> Program:
         """Build the program ahead of the first call: sizes {"batch": 8} or example feeds."""
@@ -329,11 +343,16 @@ class CompiledModel:
                 a = a.astype(want)
             conv[k] = a
         key = tuple((k, a.shape) for k, a in sorted(conv.items()))
-        sizes = self._sizes_by_shapes.get(key)
+        with self._programs_lock:
+            sizes = self._sizes_by_shapes.get(key)
+            if sizes is not None:
+                self._sizes_by_shapes.move_to_end(key)
         if sizes is None:  # sympy binding and range checks run once per distinct input shapes
             sizes = bind_inputs(g, conv)
-            if len(self._sizes_by_shapes) < 256:
+            with self._programs_lock:
                 self._sizes_by_shapes[key] = sizes
+                while len(self._sizes_by_shapes) > MAX_BOUND_SHAPES:
+                    self._sizes_by_shapes.popitem(last=False)
         return conv, sizes
 
     def run(self, feeds: dict) -> dict:

@@ -117,6 +117,11 @@ def _check_entry(e: PlanEntry) -> None:
         raise TypeError("'template_version' must be an integer")
     if not isinstance(e.config, dict):
         raise TypeError("'config' must be an object")
+    for knob, v in e.config.items():
+        # a knob's value is a string, an integer or a boolean; whether it is one of the
+        # template's options (type included: 8.0 is not 8) is checked at deploy
+        if not (isinstance(v, (str, int)) or isinstance(v, float) and math.isfinite(v)):
+            raise TypeError(f"config knob '{knob}' = {v!r}: a knob value must be a string, a number or a boolean")
     if not isinstance(e.dims, dict) or not all(_is_int(v) and v >= 1 for v in e.dims.values()):
         raise TypeError(f"'dims' must map dims to positive integers, got {e.dims!r}")
     if e.median is not None and not (isinstance(e.median, (int, float)) and e.median >= 0):

@@ -26,6 +26,11 @@ class Knob:
     options: tuple
     code_shape: bool = True   # False: a run-time argument, candidates share one compile
 
+    def allows(self, value) -> bool:
+        """Type-exact membership: 8.0, True and "8" are not the option 8 (nor True the option 1),
+        so a config read back from JSON either is one the space made or is refused."""
+        return any(type(value) is type(o) and value == o for o in self.options)
+
     def feature(self, value) -> list[float]:
         if all(isinstance(o, (int, float)) and not isinstance(o, bool) for o in self.options):
             return [math.log2(max(float(value), 1e-9)) if all(o > 0 for o in self.options) else float(value)]
@@ -131,8 +136,11 @@ class ConfigSpace:
         if missing or extra:
             raise ConfigError(f"config {values} does not fit the space: missing knobs {missing}, unknown knobs {extra}")
         for k in self.knobs:
-            if values[k.name] not in k.options:
-                raise ConfigError(f"config knob '{k.name}' = {values[k.name]!r} is not one of {list(k.options)}")
+            if not k.allows(values[k.name]):
+                v = values[k.name]
+                types = "/".join(sorted({type(o).__name__ for o in k.options}))
+                raise ConfigError(f"config knob '{k.name}' = {v!r} ({type(v).__name__}) is not one of "
+                                  f"{list(k.options)} ({types})")
         return Config(values)
 
     def features(self, cfg: Config) -> list[float]:

@@ -19,13 +19,15 @@ def make_wl(ops, inputs, arrays=None, sym=None) -> Workload:
     return Workload(ops, ins, tuple(out.shape), str(out.dtype))
 
 
-def check(template, wl, cfg, arrays=None, seed=0, rtol=1e-4):
+def check(template, wl, cfg, arrays=None, seed=0):
+    """The tuner's own correctness check (`tuner.measure.jobs.check`, rule in `ir.accuracy`):
+    on `arrays`, or on the check input sets drawn with `seed`."""
+    from ir import accuracy
+    from tuner.measure import jobs
     kernel = compile_kernel(template, wl, cfg)
-    arrays = arrays if arrays is not None else wl.random_inputs(seed)
-    consts = [a if spec["const"] else None for a, spec in zip(arrays, wl.inputs)]
-    got = kernel.bind(consts)(arrays)
-    want = wl.reference(arrays)
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * max(1.0, float(np.abs(want).max()) if want.size else 1.0))
+    sets = [(arrays, accuracy.reference(wl, arrays))] if arrays is not None else jobs.reference_sets(wl, seed)
+    wrong = jobs.check(kernel, wl, sets, accuracy.workload_reduction(wl))
+    assert wrong is None, f"{template.name} {cfg}: {wrong}"
     return kernel
 
 

@@ -10,6 +10,7 @@ from codegen import compile_kernel
 from ir import import_onnx, make_workload, partition, simplify
 from schedules import get_template
 from tests.helpers import dense_model
+from tests.template_cases import check as template_check
 from tuner.measure import LocalBuilder, MeasureInput
 
 DENSE = get_template("dense")
@@ -23,12 +24,7 @@ def workload(m, k, n, epilogue=("bias", "relu")):
 
 
 def check(wl, cfg, seed=0):
-    kernel = compile_kernel(DENSE, wl, cfg)
-    arrays = wl.random_inputs(seed)
-    consts = [a if spec["const"] else None for a, spec in zip(arrays, wl.inputs)]
-    got = kernel.bind(consts)(arrays)
-    want = wl.reference(arrays)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
+    template_check(DENSE, wl, cfg, seed=seed)
 
 
 @pytest.fixture(scope="module")

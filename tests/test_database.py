@@ -294,7 +294,7 @@ def test_v1_database_upgraded_with_data_kept(db_url):
         db.add(rec(spread=0.5))
         assert db.best(workload().key, "cpu-test-2c")[0].spread == 0.5
         with db._read.connect() as c:
-            assert current_revision(c) == head_revision() == "0002"
+            assert current_revision(c) == head_revision() == "0003"
     finally:
         db.close()
 

@@ -8,7 +8,7 @@ import os
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from sqlalchemy import case, delete, func, select, update
 from sqlalchemy.exc import SQLAlchemyError
@@ -245,21 +245,28 @@ class Database:
     # -- claims: concurrent tuners never measure one config twice ------------------------
     @_guarded
     def claim(self, workload_key: str, target_key: str, hashes: list[str], owner: str, ttl_s: float,
-              known: dict[str, int] | None = None) -> list[str]:
-        """Claim configs (by hash) for measuring by `owner`; returns those granted, in order.
+              known: dict[str, int] | None = None, alive: Callable[[str], bool] | None = None) -> list[str]:
+        """Claim configs (by hash) for measuring by `owner` for `ttl_s` seconds; returns
+        those granted, in order.
 
-        Refused: configs another owner holds (claims older than `ttl_s` have expired:
-        a crashed tuner), and with `known` (hash -> number of records the caller knows of)
-        configs that have gained records since: another tuner measured them meanwhile.
-        The record count is read after the claim is inserted, so a tuner that stores a
-        record and drops its claim in one transaction is always seen by one or the other.
+        Refused: configs another owner holds (unless its claim has expired, or `alive`
+        says that owner is gone: a crashed tuner), and with `known` (hash -> number of
+        records the caller knows of) configs that have gained records since: another
+        tuner measured them meanwhile. The record count is read after the claim is
+        inserted, so a tuner that stores a record and drops its claim in one transaction
+        is always seen by one or the other.
         """
         if not hashes:
             return []
         now = utcnow()
+        here = (C.workload_key == workload_key, C.target_key == target_key)
         with self._writing() as (s, _, _):
-            s.execute(delete(C).where(C.workload_key == workload_key, C.target_key == target_key, C.expires_at < now),
-                      execution_options={"synchronize_session": False})
+            s.execute(delete(C).where(*here, C.expires_at < now), execution_options={"synchronize_session": False})
+            if alive is not None:
+                holders = set(s.scalars(select(C.owner).where(*here, C.config_hash.in_(hashes), C.owner != owner)))
+                dead = [o for o in holders if not alive(o)]
+                if dead:
+                    s.execute(delete(C).where(C.owner.in_(dead)), execution_options={"synchronize_session": False})
             for h in dict.fromkeys(hashes):
                 self._insert_ignore(s, C.__table__, dict(workload_key=workload_key, target_key=target_key,
                                                          config_hash=h, owner=owner,

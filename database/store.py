@@ -161,18 +161,20 @@ class Database:
         self._tcache.update(pending_t)
         self._wcache.update(pending_w)
 
-    def _insert_ignore(self, s: Session, table, values: dict, unique: tuple[str, ...] = ("key",)) -> None:
-        """Insert unless a row with the same `unique` columns exists (atomic where the backend can)."""
+    def _insert_ignore(self, s: Session, table, values: dict | list[dict], unique: tuple[str, ...] = ("key",)) -> None:
+        """Insert the row(s) unless a row with the same `unique` columns exists (atomic where the backend can)."""
+        rows = [values] if isinstance(values, dict) else values
         dialect = s.get_bind().dialect.name
         if dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
         elif dialect == "sqlite":
             from sqlalchemy.dialects.sqlite import insert
         else:  # other backends: plain insert after a look-up (no concurrent writers assumed)
-            if s.scalar(select(table.c.id).where(*(table.c[c] == values[c] for c in unique))) is None:
-                s.execute(table.insert().values(**values))
+            for row in rows:
+                if s.scalar(select(table.c.id).where(*(table.c[c] == row[c] for c in unique))) is None:
+                    s.execute(table.insert().values(**row))
             return
-        s.execute(insert(table).values(**values).on_conflict_do_nothing(index_elements=list(unique)))
+        s.execute(insert(table).values(rows).on_conflict_do_nothing(index_elements=list(unique)))
 
     def _target_id(self, s, pend, target: dict) -> int:
         key = target["key"]
@@ -267,11 +269,10 @@ class Database:
                 dead = [o for o in holders if not alive(o)]
                 if dead:
                     s.execute(delete(C).where(C.owner.in_(dead)), execution_options={"synchronize_session": False})
-            for h in dict.fromkeys(hashes):
-                self._insert_ignore(s, C.__table__, dict(workload_key=workload_key, target_key=target_key,
-                                                         config_hash=h, owner=owner,
-                                                         expires_at=now + timedelta(seconds=ttl_s)),
-                                    unique=("workload_key", "target_key", "config_hash"))
+            until = now + timedelta(seconds=ttl_s)
+            self._insert_ignore(s, C.__table__, [dict(workload_key=workload_key, target_key=target_key, config_hash=h,
+                                                      owner=owner, expires_at=until) for h in dict.fromkeys(hashes)],
+                                unique=("workload_key", "target_key", "config_hash"))
             mine = set(s.scalars(select(C.config_hash).where(
                 C.owner == owner, C.workload_key == workload_key, C.target_key == target_key,
                 C.config_hash.in_(hashes))))

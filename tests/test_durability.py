@@ -167,10 +167,30 @@ def _logged(log: Path) -> list[str]:
     return [Config(e["config"]).hash for e in events if e["event"] == "measure"]
 
 
+def _alive_in_session(sid: int) -> list[int]:
+    """Processes (not zombies) of session `sid`: the tuner and its workers."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+                out.append(int(d.name))
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_sigkill_mid_batch_keeps_every_stored_result(tmp_path):
     with _tuner_stopped_mid_batch(tmp_path) as (proc, db_path, log):
-        os.killpg(proc.pid, signal.SIGKILL)
+        assert len(_alive_in_session(proc.pid)) >= 3      # the tuner, its build workers, its run worker
+        os.kill(proc.pid, signal.SIGKILL)                 # the tuner only: its workers must follow it
         proc.wait(30)
+        t0 = time.time()
+        while _alive_in_session(proc.pid) and time.time() - t0 < 5:
+            time.sleep(0.05)
+        assert _alive_in_session(proc.pid) == [], "workers outlived the killed tuner"
     db = Database(f"sqlite:///{db_path}")
     recs = db.records()
     stored = Counter(r.config_hash for r in recs)

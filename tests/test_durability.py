@@ -405,7 +405,7 @@ def _gone(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.parametrize("how", ["sleep", "gil"])
+@pytest.mark.parametrize("how", [pytest.param("sleep", marks=pytest.mark.slow), "gil"])
 def test_a_hung_worker_dies_with_its_killed_parent(tmp_path, how):
     marker = tmp_path / "started"
     parent = subprocess.Popen([sys.executable, "-c", _PARENT, str(marker), how], cwd=ROOT,

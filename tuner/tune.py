@@ -223,13 +223,16 @@ def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Targe
                 for r in runner.stream(inputs, builds):
                     results.append(r)
                     run.on_result(i, r)
-                t2 = time.perf_counter()
+                run_s = time.perf_counter() - t1 - run.db_s_batch   # the commits in between are db_s
                 timing.build_s += t1 - t0
-                timing.run_s += t2 - t1 - run.db_s_batch
+                timing.run_s += run_s
                 n_compiles = len({id(b) for b in builds if b.status == "ok" and b.compile_s > 0 and not b.cached})
                 timing.compiles += n_compiles
-                run.on_batch(i, results, scheduler, n_compiles, build_s=t1 - t0, run_s=t2 - t1)
+                run.on_batch(i, results, scheduler, n_compiles, build_s=t1 - t0, run_s=run_s)
                 spent += len(results)
+    except KeyboardInterrupt:
+        reports.stopped = "interrupted"
+        raise
     finally:
         timing.wall_s = time.perf_counter() - t_start
         if bar is not None:
@@ -250,13 +253,17 @@ def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Targe
     return reports
 
 
+def _host() -> str:
+    return socket.gethostname()[:64]   # claims.owner holds 100 characters
+
+
 def owner_alive(owner: str) -> bool:
     """Whether the tuner that holds a claim ("host:pid:nonce") may still run: a process
     of this host that is gone (killed, crashed) is not; of other hosts nothing is known,
     so their claims wait for expiry."""
     host, _, rest = owner.partition(":")
     pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
+    if host != _host() or not pid.isdigit():
         return True
     try:
         os.kill(int(pid), 0)
@@ -268,9 +275,10 @@ def owner_alive(owner: str) -> bool:
 
 
 class _Interrupts:
-    """SIGINT and SIGTERM raise KeyboardInterrupt, except inside `shielded()` (a database
-    commit): a signal that arrives there is raised right after it, so a finished
-    measurement is either stored or was never taken. Handlers exist only in the main thread."""
+    """SIGINT and SIGTERM raise KeyboardInterrupt, except inside `shielded()` (storing a
+    result): a signal that arrives there is raised right after it, so a finished
+    measurement is either stored and logged or was never taken. Handlers exist only in
+    the main thread (signals are delivered there)."""
 
     def __init__(self):
         self.depth, self.pending, self.saved = 0, False, {}
@@ -313,7 +321,7 @@ class _Run:
         self.strategies: list = []
         self.retry: list[list] = []            # per task: configs whose stored failures were transient
         self.tries: list[dict] = []            # per task: config hash -> records stored before this run
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"   # see owner_alive
+        self.owner = f"{_host()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"   # see owner_alive
         self.ttl = opts.claim_ttl or opts.batch_size * (opts.build_timeout + opts.run_timeout) + 60.0
         self.interrupts = None
         self.bar = None
@@ -354,17 +362,18 @@ class _Run:
             granted = set(self.db.claim(wl.key, self.target.key, [c.hash for c in configs], self.owner, self.ttl,
                                         known, alive=owner_alive))
             out += [c for c in configs if c.hash in granted]
-            if len(out) >= n:
-                break
         return out
 
     def on_result(self, i: int, r: MeasureResult) -> None:
-        """Store one result the moment it exists, then account for it."""
+        """Store one result the moment it exists, then account for it and log it; a signal
+        that arrives meanwhile stops the run after that, so the log matches the database."""
+        with self.interrupts.shielded() if self.interrupts else nullcontext():
+            self._on_result(i, r)
+
+    def _on_result(self, i: int, r: MeasureResult) -> None:
         rep = self.reports[i]
         t0 = time.perf_counter()
-        rec = to_record(r, self.target, self.opts.strategy, rep.task.template.version)
-        with self.interrupts.shielded() if self.interrupts else nullcontext():
-            self.db.add_many([rec], owner=self.owner)
+        self.db.add_many([to_record(r, self.target, self.opts.strategy, rep.task.template.version)], owner=self.owner)
         dt = time.perf_counter() - t0
         self.reports.timing.db_s += dt
         self.db_s_batch += dt

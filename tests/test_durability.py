@@ -387,6 +387,31 @@ def test_a_kernel_that_writes_to_fd_1_still_gets_a_result(mlp_workload):
         w.close()
 
 
+def test_killing_a_worker_from_another_thread_ends_its_call_at_once(tmp_path):
+    """What an interrupted build does: the main thread closes the builder while a builder
+    thread waits on a hung job; the thread must see the death at once, not at its timeout."""
+    import threading
+    w, marker, out = Worker(), tmp_path / "started", {}
+
+    def call():
+        try:
+            w.call(durability_jobs.hang, {"marker": str(marker), "how": "sleep"}, 600)
+        except Exception as e:
+            out["error"] = e
+
+    t = threading.Thread(target=call)
+    t.start()
+    deadline = time.time() + 120
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    t0 = time.time()
+    w.kill()
+    t.join(10)
+    assert not t.is_alive() and time.time() - t0 < 10 and "died" in str(out.get("error"))
+    assert w.proc is None and w._from_child == -1          # the calling thread cleaned up
+    w.close()
+
+
 _PARENT = """
 import sys
 from tests import durability_jobs

@@ -68,6 +68,8 @@ class Worker:
         self.env = dict(env or {})
         self.proc: subprocess.Popen | None = None
         self._to_child = self._from_child = -1
+        self._lock = threading.Lock()
+        self._caller: int | None = None   # thread of the call in flight, if any
 
     def _ensure(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -98,6 +100,7 @@ class Worker:
         """fn(payload) in the child -> ("ok", value) or ("error", message, traceback).
         Raises WorkerTimeout or WorkerDied (the child is then killed and replaced on the next call)."""
         self._ensure()
+        self._caller = threading.get_ident()
         try:
             _send(self._to_child, (fn, payload))
             ready, _, _ = select.select([self._from_child], [], [], timeout)
@@ -109,23 +112,30 @@ class Worker:
             code = self.proc.poll() if self.proc else None
             self.kill()
             raise WorkerDied(f"worker process died (exit code {code}): {type(e).__name__}: {e}") from None
+        finally:
+            self._caller = None
 
     def kill(self) -> None:
-        if self.proc is not None:
-            if self.proc.poll() is None:
+        """Kill the child. From another thread than a call in flight, only the process:
+        that call then reads EOF and closes the pipes itself (never a descriptor in use)."""
+        with self._lock:
+            if self.proc is not None and self.proc.poll() is None:
                 self.proc.kill()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
-        for fd in (self._to_child, self._from_child):
-            if fd >= 0:
+            if self._caller not in (None, threading.get_ident()):
+                return
+            if self.proc is not None:
                 try:
-                    os.close(fd)
-                except OSError:
+                    self.proc.wait(5)
+                except subprocess.TimeoutExpired:
                     pass
-        self._to_child = self._from_child = -1
-        self.proc = None
+            for fd in (self._to_child, self._from_child):
+                if fd >= 0:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            self._to_child = self._from_child = -1
+            self.proc = None
 
     close = kill
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Iterable
 
-from sqlalchemy import case, delete, func, select, update
+from sqlalchemy import bindparam, case, delete, func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -22,6 +22,13 @@ from database.models import TargetRow as T
 from database.models import WorkloadRow as W
 from database.record import (MEASURE_TRIES, STATUSES, Record, config_hash, from_utc_naive, is_transient, to_utc_naive,
                              utcnow)
+
+
+# built once: it runs with every stored result (add_many with an owner)
+_DROP_CLAIM = C.__table__.delete().where(C.__table__.c.owner == bindparam("o"),
+                                         C.__table__.c.workload_key == bindparam("w"),
+                                         C.__table__.c.target_key == bindparam("t"),
+                                         C.__table__.c.config_hash == bindparam("h"))
 
 
 def default_url() -> str:
@@ -237,9 +244,8 @@ class Database:
         with self._writing() as (s, pt, pw):
             rows = self._insert(s, pt, pw, recs)
             if owner is not None:
-                for rec in recs:
-                    s.execute(delete(C).where(C.owner == owner, C.workload_key == rec.workload_key,
-                                              C.target_key == rec.target_key, C.config_hash == rec.config_hash))
+                s.connection().execute(_DROP_CLAIM, [{"o": owner, "w": rec.workload_key, "t": rec.target_key,
+                                                      "h": rec.config_hash} for rec in recs])
         for rec, row in zip(recs, rows):
             rec.id, rec.created_at = row.id, from_utc_naive(row.created_at)
         return [row.id for row in rows]

@@ -10,8 +10,10 @@ fresh database at once do not both create the tables.
 """
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
@@ -41,11 +43,29 @@ def parse_url(url: str):
     return u
 
 
-def make_engine(url: str) -> tuple[Engine, Engine]:
-    """(engine for reads, engine for writes): on SQLite the writer begins IMMEDIATE."""
+def sqlite_readonly(url: str) -> bool:
+    """An SQLite URL this process cannot write: `mode=ro`, or an existing file without write access."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return False
+    if u.query.get("mode") == "ro":
+        return True
+    db = u.database or ""
+    if not db or db == ":memory:" or db.startswith("file:"):
+        return False
+    path = Path(db).expanduser()
+    return path.exists() and not os.access(path, os.W_OK)
+
+
+def make_engine(url: str, readonly: bool = False) -> tuple[Engine, Engine]:
+    """(engine for reads, engine for writes): on SQLite the writer begins IMMEDIATE.
+    `readonly` (SQLite): opened with mode=ro and no journal-mode change, which would be a write."""
     u = parse_url(url)
     if u.get_backend_name() == "sqlite":
-        if u.database and u.database != ":memory:" and not u.database.startswith("file:"):
+        if readonly and u.database and not u.database.startswith("file:"):
+            path = quote(str(Path(u.database).expanduser().resolve()))
+            u = make_url(f"sqlite:///file:{path}?mode=ro&uri=true")
+        elif u.database and u.database != ":memory:" and not u.database.startswith("file:"):
             Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(u, connect_args={"timeout": 30})
 
@@ -53,9 +73,10 @@ def make_engine(url: str) -> tuple[Engine, Engine]:
         def _on_connect(dbapi_conn, _record):
             dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (see module doc)
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
+            if not readonly:
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA busy_timeout=30000")
-            cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -72,4 +72,26 @@ class RecordRow(Base):
 
     __table_args__ = (
         Index("ix_records_lookup", "workload_id", "target_id", "status", "median"),
+    )
+
+
+class ClaimRow(Base):
+    """A config that one tuner is measuring now (added by migration 0003).
+
+    Concurrent tuners claim each config before measuring it, so none measures a config
+    another one holds; the claim goes in the transaction that stores its record, and a
+    crashed tuner's claims expire at `expires_at`. Keys, not ids: a workload's row only
+    exists once its first record is stored.
+    """
+
+    __tablename__ = "claims"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_key: Mapped[str] = mapped_column(String(100), nullable=False)
+    target_key: Mapped[str] = mapped_column(String(200), nullable=False)
+    config_hash: Mapped[str] = mapped_column(String(32), nullable=False)
+    owner: Mapped[str] = mapped_column(String(100), index=True, nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)  # naive UTC
+
+    __table_args__ = (
+        UniqueConstraint("workload_key", "target_key", "config_hash", name="uq_claims_config"),
     )

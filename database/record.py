@@ -8,6 +8,14 @@ from datetime import datetime, timezone
 from functools import lru_cache
 
 STATUSES = ("ok", "compile_error", "runtime_error", "build_timeout", "run_timeout", "wrong_result", "worker_died")
+# failures of the moment, not of the config (a killed or overloaded worker): measured again once
+TRANSIENT_STATUSES = ("worker_died", "run_timeout", "build_timeout")
+MEASURE_TRIES = 2
+
+
+def is_transient(status: str, error: str = "") -> bool:
+    """True for a failure that says nothing about the config: worth one more try."""
+    return status in TRANSIENT_STATUSES or (status != "ok" and (error or "").startswith("MemoryError"))
 
 
 @lru_cache(maxsize=1)

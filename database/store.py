@@ -8,18 +8,27 @@ import os
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
-from sqlalchemy import case, delete, func, select, update
+from sqlalchemy import bindparam, case, delete, func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from database.engine import make_engine, mask, upgrade
+from database.engine import current_revision, head_revision, make_engine, mask, sqlite_readonly, upgrade
 from database.errors import DatabaseError
+from database.models import ClaimRow as C
 from database.models import RecordRow as R
 from database.models import TargetRow as T
 from database.models import WorkloadRow as W
-from database.record import STATUSES, Record, config_hash, from_utc_naive, to_utc_naive, utcnow
+from database.record import (MEASURE_TRIES, STATUSES, Record, config_hash, from_utc_naive, is_transient, to_utc_naive,
+                             utcnow)
+
+
+# built once: it runs with every stored result (add_many with an owner)
+_DROP_CLAIM = C.__table__.delete().where(C.__table__.c.owner == bindparam("o"),
+                                         C.__table__.c.workload_key == bindparam("w"),
+                                         C.__table__.c.target_key == bindparam("t"),
+                                         C.__table__.c.config_hash == bindparam("h"))
 
 
 def default_url() -> str:
@@ -89,7 +98,9 @@ def _to_record(row: R) -> Record:
 class Database:
     """Records in SQLite (default, one file) or PostgreSQL (shared by a cluster).
 
-    Every write commits at once, so a killed tuner loses nothing it finished.
+    Every write commits at once, so a killed tuner loses nothing it finished. An SQLite
+    file this process cannot write opens read-only (`readonly`): every query works, and
+    every write fails at once with one line, before any work that would be lost.
     """
 
     def __init__(self, url: str | None = None):
@@ -98,11 +109,31 @@ class Database:
         self._wcache: dict[str, tuple[int, int]] = {}  # key -> (id, template_version)
         self._read = self._write = None
         try:
-            self._read, self._write = make_engine(self.url)
-            upgrade(self._read, self._write)
+            self.readonly = sqlite_readonly(self.url)
+            self._read, self._write = make_engine(self.url, readonly=self.readonly)
+            if self.readonly:
+                self._check_schema()
+            else:
+                upgrade(self._read, self._write)
+        except DatabaseError:
+            self.close()
+            raise
         except Exception as e:
             self.close()
             raise DatabaseError(f"cannot open database {mask(self.url)}: {_cause(e)}") from None
+
+    def _check_schema(self) -> None:
+        """A read-only database cannot be migrated: it must be at the schema this version reads."""
+        with self._read.connect() as conn:
+            rev = current_revision(conn)
+        if rev != head_revision():
+            raise DatabaseError(f"database {mask(self.url)} is read-only and at schema revision {rev or 'none'} "
+                                f"(this version needs {head_revision()}): open it once with write access to upgrade")
+
+    def require_writable(self, why: str = "write to it") -> None:
+        """Fail now, in one line, if this database cannot be written (call before costly work)."""
+        if self.readonly:
+            raise DatabaseError(f"database {mask(self.url)} is read-only: cannot {why}")
 
     def __repr__(self):
         return f"Database({mask(self.url)!r})"
@@ -129,6 +160,7 @@ class Database:
         """One write transaction; id caches learn new rows only once it commits."""
         if self._write is None:
             raise DatabaseError(f"database {mask(self.url)} is closed")
+        self.require_writable()
         pending_t, pending_w = {}, {}
         with Session(self._write, expire_on_commit=False) as s:
             with s.begin():
@@ -136,17 +168,20 @@ class Database:
         self._tcache.update(pending_t)
         self._wcache.update(pending_w)
 
-    def _insert_ignore(self, s: Session, table, values: dict) -> None:
+    def _insert_ignore(self, s: Session, table, values: dict | list[dict], unique: tuple[str, ...] = ("key",)) -> None:
+        """Insert the row(s) unless a row with the same `unique` columns exists (atomic where the backend can)."""
+        rows = [values] if isinstance(values, dict) else values
         dialect = s.get_bind().dialect.name
         if dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
         elif dialect == "sqlite":
             from sqlalchemy.dialects.sqlite import insert
         else:  # other backends: plain insert after a look-up (no concurrent writers assumed)
-            if s.scalar(select(table.c.id).where(table.c.key == values["key"])) is None:
-                s.execute(table.insert().values(**values))
+            for row in rows:
+                if s.scalar(select(table.c.id).where(*(table.c[c] == row[c] for c in unique))) is None:
+                    s.execute(table.insert().values(**row))
             return
-        s.execute(insert(table).values(**values).on_conflict_do_nothing(index_elements=["key"]))
+        s.execute(insert(table).values(rows).on_conflict_do_nothing(index_elements=list(unique)))
 
     def _target_id(self, s, pend, target: dict) -> int:
         key = target["key"]
@@ -202,14 +237,81 @@ class Database:
         return self.add_many([rec])[0]
 
     @_guarded
-    def add_many(self, recs: Iterable[Record]) -> list[int]:
-        """Add and commit; sets `id` and `created_at` on the given records."""
+    def add_many(self, recs: Iterable[Record], owner: str | None = None) -> list[int]:
+        """Add and commit; sets `id` and `created_at` on the given records. `owner`: the
+        claims it holds on these configs go in the same transaction (see `claim`)."""
         recs = list(recs)
         with self._writing() as (s, pt, pw):
             rows = self._insert(s, pt, pw, recs)
+            if owner is not None:
+                s.connection().execute(_DROP_CLAIM, [{"o": owner, "w": rec.workload_key, "t": rec.target_key,
+                                                      "h": rec.config_hash} for rec in recs])
         for rec, row in zip(recs, rows):
             rec.id, rec.created_at = row.id, from_utc_naive(row.created_at)
         return [row.id for row in rows]
+
+    # -- claims: concurrent tuners never measure one config twice ------------------------
+    @_guarded
+    def claim(self, workload_key: str, target_key: str, hashes: list[str], owner: str, ttl_s: float,
+              known: dict[str, int] | None = None, alive: Callable[[str], bool] | None = None) -> list[str]:
+        """Claim configs (by hash) for measuring by `owner` for `ttl_s` seconds; returns
+        those granted, in order.
+
+        Refused: configs another owner holds (unless its claim has expired, or `alive`
+        says that owner is gone: a crashed tuner), and with `known` (hash -> number of
+        records the caller knows of) configs that have gained records since: another
+        tuner measured them meanwhile. The record count is read after the claim is
+        inserted, so a tuner that stores a record and drops its claim in one transaction
+        is always seen by one or the other.
+        """
+        if not hashes:
+            return []
+        now = utcnow()
+        here = (C.workload_key == workload_key, C.target_key == target_key)
+        with self._writing() as (s, _, _):
+            s.execute(delete(C).where(*here, C.expires_at < now), execution_options={"synchronize_session": False})
+            if alive is not None:
+                holders = set(s.scalars(select(C.owner).where(*here, C.config_hash.in_(hashes), C.owner != owner)))
+                dead = [o for o in holders if not alive(o)]
+                if dead:
+                    s.execute(delete(C).where(C.owner.in_(dead)), execution_options={"synchronize_session": False})
+            until = now + timedelta(seconds=ttl_s)
+            self._insert_ignore(s, C.__table__, [dict(workload_key=workload_key, target_key=target_key, config_hash=h,
+                                                      owner=owner, expires_at=until) for h in dict.fromkeys(hashes)],
+                                unique=("workload_key", "target_key", "config_hash"))
+            mine = set(s.scalars(select(C.config_hash).where(
+                C.owner == owner, C.workload_key == workload_key, C.target_key == target_key,
+                C.config_hash.in_(hashes))))
+            if known is not None and mine:
+                counts = dict(s.execute(
+                    select(R.config_hash, func.count()).join(W, R.workload_id == W.id).join(T, R.target_id == T.id)
+                    .where(W.key == workload_key, T.key == target_key, R.config_hash.in_(mine))
+                    .group_by(R.config_hash)).all())
+                stale = {h for h in mine if counts.get(h, 0) != known.get(h, 0)}
+                if stale:
+                    s.execute(delete(C).where(C.owner == owner, C.workload_key == workload_key,
+                                              C.target_key == target_key, C.config_hash.in_(stale)),
+                              execution_options={"synchronize_session": False})
+                    mine -= stale
+        return [h for h in dict.fromkeys(hashes) if h in mine]
+
+    @_guarded
+    def release(self, owner: str) -> int:
+        """Drop every claim of `owner` (a tuner that stops); returns how many there were."""
+        if self.readonly:
+            return 0
+        with self._writing() as (s, _, _):
+            return s.execute(delete(C).where(C.owner == owner), execution_options={"synchronize_session": False}).rowcount
+
+    @_guarded
+    def claims(self, workload_key: str | None = None) -> list[dict]:
+        """Live and expired claims (for `stats` and tests)."""
+        stmt = select(C).order_by(C.id)
+        if workload_key is not None:
+            stmt = stmt.where(C.workload_key == workload_key)
+        with self._session() as s:
+            return [{"workload_key": c.workload_key, "target_key": c.target_key, "config_hash": c.config_hash,
+                     "owner": c.owner, "expires_at": from_utc_naive(c.expires_at)} for c in s.scalars(stmt)]
 
     # -- queries ----------------------------------------------------------------------
     @staticmethod
@@ -271,6 +373,21 @@ class Database:
                 if h not in out or (m is not None and (prev is None or m < prev)):
                     out[h] = m
         return out
+
+    @_guarded
+    def retryable(self, workload_key: str, target_key: str, tries: int = MEASURE_TRIES) -> dict[str, tuple[dict, int]]:
+        """Configs whose every record is a transient failure (a killed worker, a timeout, a
+        MemoryError) and that have been tried fewer than `tries` times: config_hash ->
+        (config, number of records). Failures of the config itself are final."""
+        stmt = (select(R.config_hash, R.config, R.status, R.error).join(W, R.workload_id == W.id)
+                .join(T, R.target_id == T.id).where(*self._where(workload_key, target_key)).order_by(R.id))
+        seen: dict[str, list] = {}
+        with self._session() as s:
+            for h, cfg, status, error in s.execute(stmt):
+                entry = seen.setdefault(h, [cfg, 0, True])
+                entry[1] += 1
+                entry[2] = entry[2] and is_transient(status, error)
+        return {h: (json.loads(cfg), n) for h, (cfg, n, transient) in seen.items() if transient and n < tries}
 
     def _select_records(self, conds, order, limit=None):
         stmt = select(R).join(W, R.workload_id == W.id).join(T, R.target_id == T.id).where(*conds).order_by(*order)

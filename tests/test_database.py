@@ -150,6 +150,18 @@ def test_measured_maps_config_hash(db):
     assert db.measured(workload().key, "gpu-test") == {}
 
 
+def test_retryable_are_transient_failures_tried_once(db):
+    db.add_many([rec(median=None, tile=1, status="worker_died", error="run: worker process died"),
+                 rec(median=None, tile=2, status="runtime_error", error="MemoryError: out of memory"),
+                 rec(median=None, tile=4, status="run_timeout"), rec(median=None, tile=4, status="run_timeout"),
+                 rec(median=None, tile=8, status="compile_error", error="TypingError"),
+                 rec(median=None, tile=1, order="ji", status="wrong_result"),
+                 rec(median=None, tile=2, order="ji", status="build_timeout"), rec(median=1e-3, tile=2, order="ji")])
+    got = db.retryable(workload().key, "cpu-test-2c")
+    assert got == {Config({"tile": t, "order": "ij"}).hash: ({"tile": t, "order": "ij"}, 1) for t in (1, 2)}
+    assert db.retryable(workload().key, "gpu-test") == {}
+
+
 def test_records_history_workloads_stats(db):
     w1, w2 = workload(8), workload(32)
     db.add_many([rec(w1, 2e-3, created_at=T0 + timedelta(hours=2), compile_s=1.0),
@@ -294,7 +306,31 @@ def test_v1_database_upgraded_with_data_kept(db_url):
         db.add(rec(spread=0.5))
         assert db.best(workload().key, "cpu-test-2c")[0].spread == 0.5
         with db._read.connect() as c:
-            assert current_revision(c) == head_revision() == "0002"
+            assert current_revision(c) == head_revision() == "0003"
+    finally:
+        db.close()
+
+
+def test_v2_database_gains_claims_with_records_kept(db_url):
+    from alembic import command
+
+    from database.engine import alembic_config
+    d = Database(db_url)
+    d.add(rec())
+    d.close()
+    read, write = make_engine(db_url)
+    with write.begin() as c:                 # back to v2, records in it
+        command.downgrade(alembic_config(c), "0002")
+    with write.begin() as c:
+        assert current_revision(c) == "0002" and "claims" not in sa.inspect(c).get_table_names()
+    read.dispose(), write.dispose()
+    db = Database(db_url)
+    try:
+        (r,) = db.records()
+        assert r.median == 1e-3
+        with db._read.connect() as c:
+            assert current_revision(c) == "0003" and "claims" in sa.inspect(c).get_table_names()
+        assert db.claim(r.workload_key, r.target_key, ["x"], "me", 60) == ["x"]
     finally:
         db.close()
 

@@ -124,7 +124,8 @@ def _run(args) -> int:
     from codegen import cache_dir
     cache_dir()  # a kernel cache we may not use fails here, not as a compile_error per candidate
     from database import Database
-    from tuner.tune import TuneOptions, _ms, estimated_latency, measure_model_latency, summary_table, tune_model
+    from tuner.tune import (TuneOptions, _ms, estimated_latency, measure_model_latency, summary_table, tune_model,
+                            unusable_warnings)
     db = Database(args.db)
     opts = TuneOptions(trials=args.trials, strategy=args.strategy, batch_size=args.batch_size, seed=args.seed,
                        early_stopping=args.early_stopping, resume=args.resume,
@@ -137,8 +138,11 @@ def _run(args) -> int:
     print(summary_table(reports))
     if getattr(reports, "stopped", "") and reports.stopped != "trials":
         print(f"stopped: {reports.stopped}")
+    for line in unusable_warnings(reports):
+        print(f"tune: warning: {line}", file=sys.stderr)
+    nothing_usable = bool(reports) and all(r.best is None for r in reports)
     est = estimated_latency(reports)
-    if args.measure_runs > 0 and reports:
+    if args.measure_runs > 0 and reports and not nothing_usable:
         try:
             measured = measure_model_latency(args.model, db, dims, points[0], runs=args.measure_runs)
         except Exception as e:  # tuning results are stored; a failing model run must not hide that
@@ -163,6 +167,10 @@ def _run(args) -> int:
         plan = build_plan(graph, db, points, host_target().key, graph.name)
         plan.save(args.plan)
         print(f"plan with {len(plan.entries)} entries written to {args.plan}")
+    if nothing_usable:
+        print("tune: error: every candidate failed: nothing usable was found (see the warnings above)",
+              file=sys.stderr)
+        return 1
     return 0
 
 

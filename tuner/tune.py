@@ -1,14 +1,23 @@
 """The tuning loop: model → passes → partition → tasks → search + measure → database.
 
 It knows only interfaces (SearchStrategy, Builder, Runner, Database); every
-result is committed to the database as it arrives, so an interrupted run loses
-nothing and a new run resumes from what is stored.
+result is committed to the database as it arrives (and Ctrl-C or SIGTERM waits for
+a commit in progress), so an interrupted run loses nothing and a new run resumes
+from what is stored, measuring once more the configs whose failure was transient.
+Configs are claimed in the database before they are measured, so tuners sharing a
+database never measure one twice.
 """
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import sys
+import threading
 import time
+import uuid
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 from codegen import Target, host_target
@@ -42,6 +51,7 @@ class TuneOptions:
     cost_model: str = "xgb"              # for model-guided strategies: xgb | xgb-reg | random
     transfer: bool = True                # warm-start the cost model from other shapes of the template
     max_prior: int = 4000                # transfer-learning rows at most
+    claim_ttl: float | None = None       # seconds a claimed config stays reserved (None: a batch's worst case)
 
 
 @dataclass
@@ -54,6 +64,7 @@ class TaskReport:
     default: float | None = None         # latency of the template's default config
     since_best: int = 0
     history: list = field(default_factory=list)
+    failed: dict = field(default_factory=dict)   # status -> failures of this run
 
     @property
     def gflops(self) -> float | None:
@@ -161,9 +172,14 @@ def make_task_strategy(t: Task, db: Database, opts: TuneOptions, target: Target,
 def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Target | None = None,
                builder: Builder | None = None, runner: Runner | None = None) -> TuneReports:
     """Spend `opts.trials` measurements (or `opts.time_budget` seconds) over `tasks`, one
-    batch at a time, the task scheduler choosing which task gets the next batch."""
+    batch at a time, the task scheduler choosing which task gets the next batch.
+
+    Each config is claimed in the database before it is built (concurrent tuners on one
+    database never measure it twice) and each result is committed as the runner returns
+    it; SIGINT/SIGTERM stop the run between two commits, never inside one."""
     from tuner.scheduler import make_scheduler
     t_start = time.perf_counter()
+    db.require_writable("store measurements")   # before anything is measured
     target = target or host_target()
     own_builder, own_runner = builder is None, runner is None
     builder = builder or LocalBuilder(timeout=opts.build_timeout)
@@ -172,90 +188,220 @@ def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Targe
     reports = TuneReports(TaskReport(t) for t in tasks)
     timing = reports.timing = Timing()
     scheduler = make_scheduler(opts.scheduler, tasks, seed=opts.seed)
-    strategies = []
-    log = _Log(opts.log_file)
+    run = _Run(reports, db, opts, target, _Log(opts.log_file))
     bar = None
     try:
-        for i, rep in enumerate(reports):
-            t = rep.task
-            t0 = time.perf_counter()
-            known = db.measured(t.workload.key, target.key) if opts.resume else {}
-            strategies.append(make_task_strategy(t, db, opts, target, known))
-            timing.model_s += time.perf_counter() - t0
-            oks = [m for m in known.values() if m is not None]
-            rep.best = min(oks) if oks else None
-            rep.default = known.get(t.template.default_config(t.workload).hash)
-            if rep.best is not None:
-                best = db.best(t.workload.key, target.key, 1)
-                rep.best_config = best[0].config if best else None
-            scheduler.set_best(i, rep.best)
-        log.write(event="start", tasks=[r.task.name for r in reports], options=vars(opts), target=target.key)
-        bar = _progress(opts)
-        spent, reports.stopped = 0, "trials"
-        while spent < opts.trials:
-            if opts.time_budget is not None and time.perf_counter() - t_start >= opts.time_budget:
-                reports.stopped = "time budget"
-                break
-            i = scheduler.next_task()
-            if i is None:
-                reports.stopped = "every task finished (exhausted or stopped early)"
-                break
-            rep, strategy = reports[i], strategies[i]
-            n = min(opts.batch_size, opts.trials - spent)
-            t0 = time.perf_counter()
-            configs = _next_configs(rep, strategy, n)
-            timing.model_s += time.perf_counter() - t0
-            if not configs:
-                scheduler.retire(i)
-                continue
-            inputs = [MeasureInput(rep.task.workload, rep.task.template.name, c) for c in configs]
-            t0 = time.perf_counter()
-            builds = builder.build(inputs)
-            t1 = time.perf_counter()
-            results = runner.run(inputs, builds)
-            t2 = time.perf_counter()
-            timing.build_s += t1 - t0
-            timing.run_s += t2 - t1
-            n_compiles = len({id(b) for b in builds if b.status == "ok" and b.compile_s > 0 and not b.cached})
-            timing.compiles += n_compiles
-            db.add_many([to_record(r, target, opts.strategy, rep.task.template.version) for r in results])
-            timing.db_s += time.perf_counter() - t2
-            for r in results:
-                _account(rep, r, default=r.input.config == rep.task.template.default_config(rep.task.workload))
-                log.write(event="measure", task=rep.task.name, workload=rep.task.workload.key,
-                          config=r.input.config.to_json(), status=r.status, median=r.median, spread=r.spread,
-                          compile_s=r.compile_s, error=r.error[:200], best=rep.best)
-            t0 = time.perf_counter()
-            strategy.update(results)
-            if opts.transfer:
-                _share(i, results, reports, strategies)
-            timing.model_s += time.perf_counter() - t0
-            scheduler.update(i, len(results), rep.best)
-            spent += len(results)
-            timing.candidates += len(results)
-            if opts.early_stopping and rep.since_best >= opts.early_stopping:
-                scheduler.retire(i)
-                log.write(event="early_stop", task=rep.task.name, trials=rep.trials)
-            log.write(event="round", task=rep.task.name, trials=rep.trials, best=rep.best,
-                      estimated_latency=estimated_latency(reports), candidates=len(results), compiles=n_compiles,
-                      build_s=round(t1 - t0, 3), run_s=round(t2 - t1, 3))
-            if bar is not None:
-                bar.update(len(results))
-                bar.set_postfix_str(_status_line(reports, rep, i))
+        with _Interrupts() as run.interrupts:
+            for i, rep in enumerate(reports):
+                t0 = time.perf_counter()
+                run.add_task(rep)
+                timing.model_s += time.perf_counter() - t0
+                scheduler.set_best(i, rep.best)
+            run.log.write(event="start", tasks=[r.task.name for r in reports], options=vars(opts), target=target.key)
+            bar = run.bar = _progress(opts)
+            spent, reports.stopped = 0, "trials"
+            while spent < opts.trials:
+                if opts.time_budget is not None and time.perf_counter() - t_start >= opts.time_budget:
+                    reports.stopped = "time budget"
+                    break
+                i = scheduler.next_task()
+                if i is None:
+                    reports.stopped = "every task finished (exhausted or stopped early)"
+                    break
+                t0 = time.perf_counter()
+                configs = run.claim_batch(i, min(opts.batch_size, opts.trials - spent))
+                timing.model_s += time.perf_counter() - t0
+                if not configs:
+                    scheduler.retire(i)
+                    continue
+                rep = reports[i]
+                inputs = [MeasureInput(rep.task.workload, rep.task.template.name, c) for c in configs]
+                t0 = time.perf_counter()
+                builds = builder.build(inputs)
+                t1 = time.perf_counter()
+                results = []
+                for r in runner.stream(inputs, builds):
+                    results.append(r)
+                    run.on_result(i, r)
+                run_s = time.perf_counter() - t1 - run.db_s_batch   # the commits in between are db_s
+                timing.build_s += t1 - t0
+                timing.run_s += run_s
+                n_compiles = len({id(b) for b in builds if b.status == "ok" and b.compile_s > 0 and not b.cached})
+                timing.compiles += n_compiles
+                run.on_batch(i, results, scheduler, n_compiles, build_s=t1 - t0, run_s=run_s)
+                spent += len(results)
+    except KeyboardInterrupt:
+        reports.stopped = "interrupted"
+        raise
     finally:
         timing.wall_s = time.perf_counter() - t_start
         if bar is not None:
             bar.close()
-        log.write(event="end", stopped=getattr(reports, "stopped", ""), timing=timing.to_json(),
-                  estimated_latency=estimated_latency(reports),
-                  tasks=[{"task": r.task.name, "trials": r.trials, "best": r.best, "config": r.best_config}
-                         for r in reports])
-        log.close()
+        try:
+            db.release(run.owner)   # configs claimed but not measured (an interrupt): free for others
+        except TensortuneError:
+            pass                    # they expire anyway; never hide why the run stopped
+        run.log.write(event="end", stopped=getattr(reports, "stopped", ""), timing=timing.to_json(),
+                      estimated_latency=estimated_latency(reports),
+                      tasks=[{"task": r.task.name, "trials": r.trials, "best": r.best, "config": r.best_config}
+                             for r in reports])
+        run.log.close()
         if own_builder:
             builder.close()
         if own_runner:
             runner.close()
     return reports
+
+
+def _host() -> str:
+    return socket.gethostname()[:64]   # claims.owner holds 100 characters
+
+
+def owner_alive(owner: str) -> bool:
+    """Whether the tuner that holds a claim ("host:pid:nonce") may still run: a process
+    of this host that is gone (killed, crashed) is not; of other hosts nothing is known,
+    so their claims wait for expiry."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != _host() or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+class _Interrupts:
+    """SIGINT and SIGTERM raise KeyboardInterrupt, except inside `shielded()` (storing a
+    result): a signal that arrives there is raised right after it, so a finished
+    measurement is either stored and logged or was never taken. Handlers exist only in
+    the main thread (signals are delivered there)."""
+
+    def __init__(self):
+        self.depth, self.pending, self.saved = 0, False, {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.saved[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self.saved.items():
+            signal.signal(sig, old)
+
+    def _handle(self, signum, frame):
+        if self.depth:
+            self.pending = True
+            return
+        raise KeyboardInterrupt
+
+    @contextmanager
+    def shielded(self):
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+        if self.pending and not self.depth:
+            self.pending = False
+            raise KeyboardInterrupt
+
+
+class _Run:
+    """The state of one `tune_tasks` call and what happens after each result (store,
+    account, log) and after each batch (learn, schedule, log): the two places where
+    measure callbacks hook in."""
+
+    def __init__(self, reports: TuneReports, db: Database, opts: TuneOptions, target: Target, log: "_Log"):
+        self.reports, self.db, self.opts, self.target, self.log = reports, db, opts, target, log
+        self.strategies: list = []
+        self.retry: list[list] = []            # per task: configs whose stored failures were transient
+        self.tries: list[dict] = []            # per task: config hash -> records stored before this run
+        self.owner = f"{_host()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"   # see owner_alive
+        self.ttl = opts.claim_ttl or opts.batch_size * (opts.build_timeout + opts.run_timeout) + 60.0
+        self.interrupts = None
+        self.bar = None
+        self.db_s_batch = 0.0
+
+    def add_task(self, rep: TaskReport) -> None:
+        t, db, target, opts = rep.task, self.db, self.target, self.opts
+        known = db.measured(t.workload.key, target.key) if opts.resume else {}
+        retry = db.retryable(t.workload.key, target.key) if opts.resume else {}
+        space = t.template.space(t.workload)
+        configs = []
+        for cfg, _ in retry.values():
+            try:
+                configs.append(space.validate(cfg))
+            except Exception:  # a config of an older template version: not retried
+                continue
+        self.retry.append(configs)
+        self.tries.append({h: n for h, (_, n) in retry.items()})
+        self.strategies.append(make_task_strategy(t, db, opts, target, known))
+        oks = [m for m in known.values() if m is not None]
+        rep.best = min(oks) if oks else None
+        rep.default = known.get(t.template.default_config(t.workload).hash)
+        if rep.best is not None:
+            best = db.best(t.workload.key, target.key, 1)
+            rep.best_config = best[0].config if best else None
+
+    def claim_batch(self, i: int, n: int) -> list:
+        """Up to n configs for task i that no other tuner holds or has measured meanwhile;
+        refused proposals are dropped (their holder measures them) and the batch refilled."""
+        rep, strategy, wl = self.reports[i], self.strategies[i], self.reports[i].task.workload
+        out = []
+        while len(out) < n:
+            configs = _next_configs(rep, strategy, n - len(out), self.retry[i])
+            if not configs:   # the space is exhausted (for this tuner)
+                break
+            strategy.measured |= {c.hash for c in configs}
+            known = {c.hash: self.tries[i].get(c.hash, 0) for c in configs} if self.opts.resume else None
+            granted = set(self.db.claim(wl.key, self.target.key, [c.hash for c in configs], self.owner, self.ttl,
+                                        known, alive=owner_alive))
+            out += [c for c in configs if c.hash in granted]
+        return out
+
+    def on_result(self, i: int, r: MeasureResult) -> None:
+        """Store one result the moment it exists, then account for it and log it; a signal
+        that arrives meanwhile stops the run after that, so the log matches the database."""
+        with self.interrupts.shielded() if self.interrupts else nullcontext():
+            self._on_result(i, r)
+
+    def _on_result(self, i: int, r: MeasureResult) -> None:
+        rep = self.reports[i]
+        t0 = time.perf_counter()
+        self.db.add_many([to_record(r, self.target, self.opts.strategy, rep.task.template.version)], owner=self.owner)
+        dt = time.perf_counter() - t0
+        self.reports.timing.db_s += dt
+        self.db_s_batch += dt
+        _account(rep, r, default=r.input.config == rep.task.template.default_config(rep.task.workload))
+        self.log.write(event="measure", task=rep.task.name, workload=rep.task.workload.key,
+                       config=r.input.config.to_json(), status=r.status, median=r.median, spread=r.spread,
+                       compile_s=r.compile_s, error=r.error[:200], best=rep.best)
+
+    def on_batch(self, i: int, results: list, scheduler, n_compiles: int, build_s: float, run_s: float) -> None:
+        """Learn from a finished batch, tell the scheduler, log the round."""
+        rep, strategy, timing = self.reports[i], self.strategies[i], self.reports.timing
+        t0 = time.perf_counter()
+        strategy.update(results)
+        if self.opts.transfer:
+            _share(i, results, self.reports, self.strategies)
+        timing.model_s += time.perf_counter() - t0
+        scheduler.update(i, len(results), rep.best)
+        timing.candidates += len(results)
+        self.db_s_batch = 0.0
+        if self.opts.early_stopping and rep.since_best >= self.opts.early_stopping:
+            scheduler.retire(i)
+            self.log.write(event="early_stop", task=rep.task.name, trials=rep.trials)
+        self.log.write(event="round", task=rep.task.name, trials=rep.trials, best=rep.best,
+                       estimated_latency=estimated_latency(self.reports), candidates=len(results),
+                       compiles=n_compiles, build_s=round(build_s, 3), run_s=round(run_s, 3))
+        if self.bar is not None:
+            self.bar.update(len(results))
+            self.bar.set_postfix_str(_status_line(self.reports, rep, i))
 
 
 def _share(i: int, results, reports, strategies) -> None:
@@ -270,18 +416,22 @@ def _share(i: int, results, reports, strategies) -> None:
             strategies[j].add_prior(rows)
 
 
-def _next_configs(rep: TaskReport, strategy, n: int):
-    """The default config first (to report speedups), then what the strategy proposes."""
+def _next_configs(rep: TaskReport, strategy, n: int, retry: list | None = None):
+    """The default config first (to report speedups), then configs whose stored failures
+    were transient (each tried once more, popped from `retry`), then what the strategy proposes."""
     default = rep.task.template.default_config(rep.task.workload)
     first = [] if default.hash in strategy.measured else [default]
+    while retry and len(first) < n:
+        first.append(retry.pop(0))
     strategy.measured |= {c.hash for c in first}
-    return first + strategy.propose(n - len(first))
+    return first + (strategy.propose(n - len(first)) if n > len(first) else [])
 
 
 def _account(rep: TaskReport, r: MeasureResult, default: bool) -> None:
     rep.trials += 1
     if not r.ok:
         rep.failures += 1
+        rep.failed[r.status] = rep.failed.get(r.status, 0) + 1
     m = r.median
     if default and m is not None:
         rep.default = m
@@ -297,6 +447,17 @@ def _progress(opts: TuneOptions):
         return None
     from tqdm import tqdm
     return tqdm(total=opts.trials, desc="tuning", unit="trial", file=sys.stderr, dynamic_ncols=True)
+
+
+def unusable_warnings(reports: list[TaskReport]) -> list[str]:
+    """One line per task left without any working config (this run or stored): what failed."""
+    out = []
+    for r in reports:
+        if r.best is None:
+            why = ", ".join(f"{n} {s}" for s, n in sorted(r.failed.items(), key=lambda x: -x[1])) or "none measured"
+            out.append(f"task {r.task.name}: no candidate gave a usable result ({r.trials} trials this run: {why}); "
+                       "it runs on its template's default config or the reference path")
+    return out
 
 
 def estimated_latency(reports: list[TaskReport]) -> float | None:

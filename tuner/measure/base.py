@@ -3,6 +3,7 @@ process pool implements them now, and a Ray implementation drops in later."""
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tuner.measure.result import MeasureInput, MeasureResult
@@ -29,6 +30,11 @@ class Runner(abc.ABC):
     @abc.abstractmethod
     def run(self, inputs: list[MeasureInput], builds: list[BuildResult]) -> list[MeasureResult]:
         """Check and time built candidates, one at a time per host; failed builds pass through."""
+
+    def stream(self, inputs: list[MeasureInput], builds: list[BuildResult]) -> Iterator[MeasureResult]:
+        """`run`, one result at a time as each candidate finishes (in input order), so the
+        tuner stores each before the next is timed. Runners that can should override it."""
+        yield from self.run(inputs, builds)
 
     def close(self) -> None:
         pass

@@ -8,6 +8,7 @@ only in run-time knobs) are compiled once.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from codegen import source_for
@@ -34,6 +35,9 @@ class LocalBuilder(Builder):
     def __init__(self, n_workers: int | None = None, timeout: float = 120.0):
         self.timeout = timeout
         self.workers = [Worker({"NUMBA_NUM_THREADS": "1"}) for _ in range(n_workers or num_threads())]
+        # threads that live as long as the builder: a worker dies with the thread that started it
+        # (PR_SET_PDEATHSIG), so they must not come and go with each batch
+        self._pool = ThreadPoolExecutor(len(self.workers), thread_name_prefix="builder")
 
     def build(self, inputs: list[MeasureInput]) -> list[BuildResult]:
         keys = []
@@ -45,10 +49,9 @@ class LocalBuilder(Builder):
         unique = [k for k in dict.fromkeys(keys) if not k.startswith("error:")]
         first = {k: inputs[keys.index(k)] for k in unique}
         results: dict[str, BuildResult] = {}
-        with ThreadPoolExecutor(len(self.workers)) as ex:
-            chunks = [unique[i::len(self.workers)] for i in range(len(self.workers))]
-            for part in ex.map(lambda wc: self._build_all(*wc, first), zip(self.workers, chunks)):
-                results.update(part)
+        chunks = [unique[i::len(self.workers)] for i in range(len(self.workers))]
+        for part in self._pool.map(lambda wc: self._build_all(*wc, first), zip(self.workers, chunks)):
+            results.update(part)
         return [BuildResult(COMPILE_ERROR, k[6:]) if k.startswith("error:") else results[k] for k in keys]
 
     def _build_all(self, worker: Worker, keys: list[str], first: dict) -> dict:
@@ -71,6 +74,7 @@ class LocalBuilder(Builder):
     def close(self) -> None:
         for w in self.workers:
             w.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class LocalRunner(Runner):
@@ -87,7 +91,11 @@ class LocalRunner(Runner):
         self.worker = Worker({"NUMBA_NUM_THREADS": "1"})
 
     def run(self, inputs: list[MeasureInput], builds: list[BuildResult]) -> list[MeasureResult]:
-        return [self._run_one(inp, b) for inp, b in zip(inputs, builds)]
+        return list(self.stream(inputs, builds))
+
+    def stream(self, inputs: list[MeasureInput], builds: list[BuildResult]) -> Iterator[MeasureResult]:
+        for inp, b in zip(inputs, builds):
+            yield self._run_one(inp, b)
 
     def _run_one(self, inp: MeasureInput, build: BuildResult) -> MeasureResult:
         if build.status != OK:

@@ -20,7 +20,7 @@ _DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64"
 
 
 # ops whose semantics changed between opsets in a way attributes do not show
-_OPSET_DEPENDENT = {"Softmax", "LogSoftmax", "Hardmax"}
+_OPSET_DEPENDENT = {"Softmax", "LogSoftmax", "Hardmax", "Resize"}
 
 
 def load_onnx(model) -> onnx.ModelProto:

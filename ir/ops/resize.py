@@ -299,16 +299,18 @@ def tables(node, in_shape, roi, scales, sizes):
     return tuple(int(d) for d in out), result
 
 
-def _arrays(node, xs):
+def operands_of(node, xs):
+    """roi, scales, sizes from a node's input arrays (xs[0], the data, is not read)."""
     values = list(xs)
     dtypes = [None if v is None else np.asarray(v).dtype for v in values]
+    dtypes[0] = None
     return _operands(node, values, dtypes, lambda i: np.asarray(values[i]).size)
 
 
 def resize_ref(node, xs):
     _spell_out_opset10(node)
     x = xs[0]
-    out_shape, tabs = tables(node, x.shape, *_arrays(node, xs))
+    out_shape, tabs = tables(node, x.shape, *operands_of(node, xs))
     spec = spec_of(node)
     y = x.astype(np.float64)
     for a, t in enumerate(tabs):

@@ -152,7 +152,7 @@ def plan(node, in_shape, roi, scales, sizes):
             if not s > 0:
                 raise ShapeError(f"node '{node.name}' ({node.op}): scale {s} of axis {a} is not positive")
             scale[a] = s
-            out[a] = _floor_times(in_shape[a], s)   # the roi does not shrink it (onnx.reference, onnxruntime)
+            out[a] = _floor_times(in_shape[a], s)   # the roi does not shrink it (onnxruntime, onnx.reference)
     else:
         for j, a in enumerate(axes):
             out[a] = sizes[j]
@@ -191,9 +191,9 @@ class AxisTable:
 
 
 def is_identity(spec: ResizeSpec, n_in: int, n_out: int, scale: float, roi) -> bool:
-    """The axis is left as it is (onnx.reference skips it): scale 1, same size, whole roi."""
-    return n_in == n_out and math.isclose(scale, 1.0) and (
-        spec.transform != "tf_crop_and_resize" or (math.isclose(roi[0], 0.0) and math.isclose(roi[1], 1.0)))
+    """The axis is left as it is: scale 1 and the same size (onnxruntime does so under
+    tf_crop_and_resize too, whatever the roi)."""
+    return n_in == n_out and math.isclose(scale, 1.0)
 
 
 def taps(spec: ResizeSpec, scale: float) -> int:
@@ -202,85 +202,68 @@ def taps(spec: ResizeSpec, scale: float) -> int:
         return 1
     if not spec.antialias or scale >= 1:
         return 2 if spec.mode == "linear" else 4
-    if spec.mode == "linear":
-        return 2 - 2 * int(math.floor(-1 / scale) + 1)
-    return 2 - 2 * int(math.floor(-2 / scale) + 1)
+    return 2 - 2 * int(math.floor(-(1 if spec.mode == "linear" else 2) / scale) + 1)
 
 
 def _source_coords(spec: ResizeSpec, n_in: int, n_out: int, scale: float, roi):
-    y = np.arange(n_out, dtype=np.float64)
-    width = scale * n_in   # the output width before rounding
+    """Source coordinate of every output index, in float32 arithmetic as onnxruntime computes it
+    (float64 moves ties such as (1 + 0.5) / 0.6 - 0.5 off 2). The modes defined by the resized
+    length use the output's integer size, as the ONNX text and onnxruntime do."""
+    f = np.float32
+    y = np.arange(n_out, dtype=f)
+    sc = f(scale)
     t = spec.transform
     outside = None
     if t == "align_corners":
-        x = np.zeros(n_out) if width == 1 else y * (n_in - 1) / (width - 1)
+        x = np.zeros(n_out, f) if n_out == 1 else y * f(n_in - 1) / f(n_out - 1)
     elif t == "asymmetric":
-        x = y / scale
+        x = y / sc
     elif t == "tf_crop_and_resize":
-        lo, hi = roi
-        x = np.full(n_out, (hi - lo) * (n_in - 1) / 2) if width == 1 else y * (hi - lo) * (n_in - 1) / (width - 1)
-        x = x + lo * (n_in - 1)
+        lo, hi = f(roi[0]), f(roi[1])
+        x = np.full(n_out, (hi - lo) * f(n_in - 1) / f(2), f) if n_out == 1 else y * (hi - lo) * f(n_in - 1) / f(n_out - 1)
+        x = x + lo * f(n_in - 1)
         outside = (x < 0) | (x > n_in - 1)
     elif t == "pytorch_half_pixel":
-        x = np.full(n_out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+        x = np.full(n_out, f(-0.5)) if n_out == 1 else (y + f(0.5)) / sc - f(0.5)
     elif t == "half_pixel":
-        x = (y + 0.5) / scale - 0.5
-    else:  # half_pixel_symmetric: the roi's centre maps to the output's centre
-        offset = n_in / 2 * (1 - n_out / width)
-        x = offset + (y + 0.5) / scale - 0.5
-    return x, outside
+        x = (y + f(0.5)) / sc - f(0.5)
+    else:  # half_pixel_symmetric: the input's centre maps to the output's centre
+        offset = f(n_in) / f(2) * (f(1) - f(n_out) / (sc * f(n_in)))
+        x = offset + (y + f(0.5)) / sc - f(0.5)
+    return x.astype(np.float64), outside
 
 
-def _coeffs(spec: ResizeSpec, ratio: np.ndarray, scale: float, n: int) -> np.ndarray:
-    """[out, n] filter weights at fractional offsets `ratio` in (0, 1]."""
-    r = ratio[:, None]
-    A = spec.cubic_a
-    if spec.mode == "linear" and not (spec.antialias and scale < 1):
-        return np.concatenate([1 - r, r], axis=1)
-    if spec.mode == "cubic" and not (spec.antialias and scale < 1):
-        def near(x):
-            return ((A + 2) * x - (A + 3)) * x * x + 1
-
-        def far(x):
-            return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
-        return np.concatenate([far(r + 1), near(r), near(1 - r), far(2 - r)], axis=1)
-    s = min(scale, 1.0)
+def _filter(spec: ResizeSpec, d: np.ndarray, scale: float) -> np.ndarray:
+    """Weight at signed distance d (in input pixels) from the source coordinate."""
+    if spec.antialias and scale < 1:
+        d = d * scale   # the filter stretched over 1/scale input pixels
+    d = np.abs(d)
     if spec.mode == "linear":
-        start = int(math.floor(-1 / s) + 1)
-        c = np.clip(1 - np.abs((np.arange(start, start + n)[None, :] - r) * s), 0, 1)
-    else:
-        start = int(math.floor(-2 / s) + 1)
-        x = np.abs(s * (np.arange(start, 2 - start)[None, :] - r))
-        c = np.where(x <= 1, (A + 2) * x ** 3 - (A + 3) * x ** 2 + 1,
-                     np.where(x < 2, A * x ** 3 - 5 * A * x ** 2 + 8 * A * x - 4 * A, 0.0))
-    return c / c.sum(axis=1, keepdims=True)
+        return np.clip(1 - d, 0, None)
+    A = spec.cubic_a
+    return np.where(d <= 1, ((A + 2) * d - (A + 3)) * d * d + 1,
+                    np.where(d < 2, ((A * d - 5 * A) * d + 8 * A) * d - 4 * A, 0.0))
 
 
 def axis_table(spec: ResizeSpec, n_in: int, n_out: int, scale: float, roi) -> AxisTable:
-    """Source indices and weights of every output index along one axis."""
+    """Source indices and weights of every output index along one axis: the n taps around the
+    source coordinate x are floor(x) + (1 - n/2 ... n/2), edge-clamped (ONNX pads by the edge)."""
     if n_out == 0:
         return AxisTable(np.zeros((0, 1), np.int64), np.zeros((0, 1)), None)
     x, outside = _source_coords(spec, n_in, n_out, scale, roi)
+    fl = np.floor(x)
+    frac = x - fl
     if spec.mode == "nearest":
-        fl = np.floor(x)
-        frac = x - fl
         up = {"round_prefer_floor": frac > 0.5, "round_prefer_ceil": frac >= 0.5,
               "floor": np.zeros(n_out, bool), "ceil": frac > 0}[spec.nearest_mode]
         idx = np.clip(fl + up, 0, n_in - 1).astype(np.int64)[:, None]
         return AxisTable(idx, np.ones((n_out, 1)), outside)
     n = taps(spec, scale)
-    xi = np.floor(x)
-    ratio = np.where(x == xi, 1.0, x - xi)   # (0, 1]: at an integer the window leans left
-    c = _coeffs(spec, ratio, scale, n)
-    pad = (n + 1) // 2
-    xp = x + pad
-    pp = np.floor(xp)
-    frac = xp - pp
-    if n % 2 == 0:
-        off = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
-    else:
-        off = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
-    idx = (pp + off).astype(np.int64)[:, None] + np.arange(n)[None, :] - pad
+    offs = np.arange(1 - n // 2, 1 + n // 2)
+    idx = fl.astype(np.int64)[:, None] + offs[None, :]
+    c = _filter(spec, offs[None, :] - frac[:, None], scale)
+    if spec.antialias and scale < 1:
+        c = c / c.sum(axis=1, keepdims=True)
     if spec.exclude_outside:
         c = np.where((idx < 0) | (idx >= n_in), 0.0, c)
         total = c.sum(axis=1, keepdims=True)

@@ -106,13 +106,7 @@ def _resize_plan(node, in_shape, out_shape):
     An axis of equal sizes is coded as left alone (scale 1); launch checks that the
     node's scales agree. Taps are an upper bound: the real scale is >= out / in."""
     spec = rz.spec_of(node)
-    plan = []
-    for d, o in zip(in_shape, out_shape):
-        if d == o and spec.transform != "tf_crop_and_resize":
-            plan.append(None)
-        else:
-            plan.append(rz.taps(spec, o / d if d else 1.0))
-    return plan
+    return [None if d == o else rz.taps(spec, o / d if d else 1.0) for d, o in zip(in_shape, out_shape)]
 
 
 class _Emitter:
@@ -384,23 +378,21 @@ class ElementwiseTemplate(Template):
                 out += t
             return tuple(out)
 
-        const_ops = [r for k in slices for r in wl.ops[k]["in"][1:]] + [r for k in resizes for r in wl.ops[k]["in"][1:]]
-        const_args = all(wl.inputs[int(r[1:])]["const"] for r in const_ops)
+        operand_refs = [r for k in slices for r in wl.ops[k]["in"][1:]] + [r for k in resizes for r in wl.ops[k]["in"][1:]]
 
-        def prepare(funcs, arrays):  # slice bounds and resize tables from constants are built once; others per call
-            if not const_args:
-                return {"sl": None, "rz": None, "cache": {}}
-            return {"sl": [slice_params(arrays, k) for k in slices], "rz": tables(arrays) if resizes else (), "cache": {}}
+        def prepare(funcs, arrays):
+            return {"args": {}}   # shared by the programs of every shape: filled per shape by launch
 
         def launch(funcs, state, arrays, out):
-            if state["sl"] is not None:
-                sl, rzt = state["sl"], state["rz"]
-            else:
-                key = tuple(np.asarray(arrays[int(r[1:])]).tobytes() for r in const_ops)
-                if key not in state["cache"]:
-                    state["cache"].clear()   # a new shape's operands: keep one entry
-                    state["cache"][key] = ([slice_params(arrays, k) for k in slices], tables(arrays) if resizes else ())
-                sl, rzt = state["cache"][key]
+            # slice bounds and resize tables depend on the shape and on small operands: built once per
+            # (shape, operand values), then looked up (a few microseconds)
+            key = (wl.key,) + tuple(np.asarray(arrays[int(r[1:])]).tobytes() for r in operand_refs)
+            cached = state["args"].get(key)
+            if cached is None:
+                if len(state["args"]) > 64:
+                    state["args"].clear()
+                cached = state["args"][key] = ([slice_params(arrays, k) for k in slices], tables(arrays) if resizes else ())
+            sl, rzt = cached
             if rzt is None:
                 warnings.warn(f"{wl.describe()}: resize scales differ from the sizes the kernel was generated "
                               "for; computed by the NumPy reference")

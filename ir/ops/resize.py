@@ -224,7 +224,7 @@ def _source_coords(spec: ResizeSpec, n_in: int, n_out: int, scale: float, roi):
         x = x + lo * f(n_in - 1)
         outside = (x < 0) | (x > n_in - 1)
     elif t == "pytorch_half_pixel":
-        x = np.full(n_out, f(-0.5)) if n_out == 1 else (y + f(0.5)) / sc - f(0.5)
+        x = np.zeros(n_out, f) if n_out == 1 else (y + f(0.5)) / sc - f(0.5)   # 0: the ONNX text, onnxruntime
     elif t == "half_pixel":
         x = (y + f(0.5)) / sc - f(0.5)
     else:  # half_pixel_symmetric: the input's centre maps to the output's centre

@@ -15,7 +15,7 @@ import numpy as np
 
 from ir.errors import UnsupportedOpError
 from ir.graph import TensorType
-from ir.ops.registry import BROADCAST, ELEMWISE, broadcast_shapes, f32, register, register_value, same_as_input
+from ir.ops.registry import OPS, BROADCAST, ELEMWISE, broadcast_shapes, f32, register, register_value, same_as_input
 
 try:  # scipy's erf is vectorized; math.erf per element is the fallback
     from scipy.special import erf as _erf
@@ -386,7 +386,8 @@ def _cast_typed(n, a, ins, out):
     return a[0] if ins[0] == out else f"np.{NUMBA_TYPES[out]}({a[0]})"
 
 
-DTYPE_EXPRS = {"Div": _div_typed, "Mod": _mod_typed, "Sign": _sign_typed, "Cast": _cast_typed}
+DTYPE_EXPRS = {"Div": _div_typed, "Mod": _mod_typed, "Sign": _sign_typed, "Cast": _cast_typed,
+               "CastLike": _cast_typed}   # CastLike: Cast to its second input's type (the output type)
 
 
 def typed_expr(node, args: list, in_dtypes: list, out_dtype: str) -> str:
@@ -395,7 +396,6 @@ def typed_expr(node, args: list, in_dtypes: list, out_dtype: str) -> str:
     e = fn(node, args, in_dtypes, out_dtype) if fn else None
     if e is not None:
         return e
-    from ir.ops.registry import OPS
     e = OPS[node.op].expr(node, args)
     if out_dtype == "bool" or (out_dtype == "float32" and all(d == "float32" for d in in_dtypes)):
         return e

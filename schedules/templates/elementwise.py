@@ -27,7 +27,7 @@ import numpy as np
 
 from ir.graph import TensorType
 from ir.ops import BROADCAST, ELEMWISE, OPS
-from ir.ops.elementwise import NAN_AWARE, NUMBA_TYPES, literal, typed_expr
+from ir.ops.elementwise import DTYPE_EXPRS, NAN_AWARE, NUMBA_TYPES, literal, typed_expr
 from ir.ops import resize as rz
 from ir.workload import Workload
 from schedules.loopnest import Assign, For, Function, LoopModule, Param
@@ -38,9 +38,9 @@ from schedules.template import Lowered, Template
 
 RESIZES = {"Resize", "Upsample"}
 MOVES = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Slice", "Gather", "Concat",
-         "Identity"} | RESIZES
+         "Identity", "GatherElements", "GatherND", "Trilu"} | RESIZES
 SHAPE_ARGS = {"Reshape": {1}, "Squeeze": {1}, "Unsqueeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
-              "Resize": {1, 2, 3}, "Upsample": {1}}   # operands read at prepare / launch, not per element
+              "Resize": {1, 2, 3}, "Upsample": {1}, "Trilu": {1}}   # operands read at launch or code constants
 
 
 def _consts(wl: Workload) -> dict:
@@ -116,6 +116,7 @@ class _Emitter:
         self.wl, self.types, self.nodes = wl, types, wl.nodes()
         self.shapes = {r: t[0] for r, t in types.items()}
         self.flat_mode = flat   # every input read at the flat output index `i` (or a scalar)
+        self.consts = _consts(wl)
         self.pre: list[Assign] = []
         self.n_tmp = 0
 
@@ -197,6 +198,28 @@ class _Emitter:
         g = f"({g} + {ds[axis]} if {g} < 0 else {g})"   # negative indices count from the end
         return self.load(data, list(idx[:axis]) + [g] + list(idx[axis + len(gs):]))
 
+    def _index(self, ind, at, size):
+        g = self.load(ind, at)
+        return f"({g} + {size} if {g} < 0 else {g})"   # negative indices count from the end
+
+    def gatherelements(self, n, k, idx, shape):
+        data, ind = n.inputs[0], n.inputs[1]
+        ds = self.shapes[data]
+        axis = int(n.attrs.get("axis", 0)) % len(ds)
+        return self.load(data, list(idx[:axis]) + [self._index(ind, idx, ds[axis])] + list(idx[axis + 1:]))
+
+    def gathernd(self, n, k, idx, shape):
+        data, ind = n.inputs[0], n.inputs[1]
+        ds, gs = self.shapes[data], self.shapes[ind]
+        b, r = int(n.attrs.get("batch_dims", 0)), len(gs) - 1
+        picked = [self._index(ind, list(idx[:r]) + [str(j)], ds[b + j]) for j in range(gs[-1])]
+        return self.load(data, list(idx[:b]) + picked + list(idx[r:]))
+
+    def trilu(self, n, k, idx, shape):
+        diag = int(self.consts[n.inputs[1]].reshape(-1)[0]) if len(n.inputs) > 1 else 0
+        keep = f"({idx[-1]}) - ({idx[-2]}) {'>=' if n.attrs.get('upper', 1) else '<='} {diag}"
+        return f"({self.load(n.inputs[0], idx)} if {keep} else {literal(0, self.dtype(f't{k}'))})"
+
     def concat(self, n, k, idx, shape):
         axis = int(n.attrs["axis"]) % len(shape)
         parts, off = [], 0
@@ -251,7 +274,7 @@ def _check(wl: Workload):
         d = OPS.get(o["op"])
         if d is None:
             return None
-        if o["op"] not in MOVES and (d.kind not in (ELEMWISE, BROADCAST) or d.expr is None):
+        if o["op"] not in MOVES and (d.kind not in (ELEMWISE, BROADCAST) or (d.expr is None and o["op"] not in DTYPE_EXPRS)):
             return None
         if o["op"] in RESIZES:
             try:
@@ -260,6 +283,11 @@ def _check(wl: Workload):
                 return None
             if spec.mode != "nearest" and types[f"t{k}"][1] != "float32":
                 return None   # interpolating integers rounds: left to the reference
+        if o["op"] == "Trilu" and len(o["in"]) > 1 and (not o["in"][1].startswith("i")
+                                                         or "value" not in wl.inputs[int(o["in"][1][1:])]):
+            return None   # the diagonal offset is a code constant
+        if o["op"] == "GatherND" and len(types[o["in"][1]][0]) < 1:
+            return None
         skip = set(range(1, len(o["in"]))) if o["op"] in RESIZES else SHAPE_ARGS.get(o["op"], set())
         for a, r in enumerate(o["in"]):
             if a in skip:

@@ -28,7 +28,7 @@ from ir.graph import Graph, Node, TensorType
 from ir.shapes import DimRange, symbol
 
 # ops whose semantics changed between opsets in a way attributes do not show
-_OPSET_DEPENDENT = {"Softmax", "LogSoftmax", "Hardmax"}
+_OPSET_DEPENDENT = {"Softmax", "LogSoftmax", "Hardmax", "Resize"}
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 # dim_param spellings that mean "unknown" (besides non-identifiers such as expressions)
 _UNNAMED = re.compile(r"^(\?|-1|0|none|null|unk__\d+|unknown|dynamic|n/a)?$", re.IGNORECASE)

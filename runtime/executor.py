@@ -115,6 +115,13 @@ class Coverage:
         return "; ".join(parts)
 
 
+def _int_valued(g: Graph, sg: FusedSubgraph) -> bool:
+    try:
+        return g.type_of(sg.output).dtype in ("int64", "int32", "bool")
+    except Exception:
+        return False
+
+
 def _pointwise(sg: FusedSubgraph) -> bool:
     return all(n.op in OPS and OPS[n.op].kind in (ELEMWISE, BROADCAST) for n in sg.nodes)
 
@@ -216,6 +223,10 @@ class CompiledModel:
         static: dict[str, np.ndarray] = {}
         static_steps: list[Step] = []
         for k, sg in enumerate(self.subgraphs):
+            # shape arithmetic (int/bool values) folds once per shape, even where a kernel covers it
+            if _int_valued(g, sg) and self._fold_static(sg, sizes, static):
+                static_steps.append(Step(sg, STATIC, k, name=str(sg), in_slots=[self._slot[i] for i in sg.inputs]))
+                continue
             try:
                 wl = make_workload(g, sg, sizes)
             except UnboundDimsError:  # shapes known only once an earlier step ran (runtime dims)

@@ -24,10 +24,12 @@ class Extra:
     input_index: int   # position in the workload's inputs
     mode: str
     param: str         # parameter name in generated code
+    dtype: str = "float32"   # or "bool": a Where condition (an attention mask)
 
     @property
     def type(self) -> str:
-        return "float32[:, ::1]" if self.mode == "full" else "float32[::1]"
+        t = "boolean" if self.dtype == "bool" else "float32"
+        return f"{t}[:, ::1]" if self.mode == "full" else f"{t}[::1]"
 
     def load(self, i: str, j: str, c: str | None = None) -> str:
         return {"scalar": f"{self.param}[0]", "row": f"{self.param}[{j}]",
@@ -35,8 +37,12 @@ class Extra:
                 "chan": f"{self.param}[{c}]"}[self.mode]
 
     def view(self, a: np.ndarray, m: int, n: int) -> np.ndarray:
-        """The array as the kernel reads it (contiguous float32, 1-D or [M, N])."""
-        a = as_kernel_array(a)
+        """The array as the kernel reads it (contiguous float32 or bool, 1-D or [M, N])."""
+        if self.dtype == "bool":
+            a = np.ascontiguousarray(a, dtype=bool)
+            a = a if a.flags.writeable else a.copy()
+        else:
+            a = as_kernel_array(a)
         return a.reshape(m, n) if self.mode == "full" else a.reshape(-1)
 
 
@@ -114,9 +120,11 @@ def parse_epilogue(wl: Workload, anchor_inputs: int, out_shape, channel_axis: in
                     pass
                 if ref not in extras:
                     mode = index_mode(wl.inputs[idx]["shape"], out_shape, channel_axis, broadcast_full)
-                    if mode is None or wl.inputs[idx]["dtype"] != "float32":
-                        return None
-                    extras[ref] = Extra(idx, mode, f"e{len(extras)}")
+                    dtype = wl.inputs[idx]["dtype"]
+                    cond = op["op"] == "Where" and op["in"][0] == ref
+                    if mode is None or dtype != ("bool" if cond else "float32"):
+                        return None   # bool only as a Where condition: every other operand is float32 code
+                    extras[ref] = Extra(idx, mode, f"e{len(extras)}", dtype)
                 args.append(ref)
             else:
                 return None  # reads an earlier intermediate: not a simple chain

@@ -4,14 +4,19 @@ from __future__ import annotations
 import numpy as np
 
 from codegen import compile_kernel
-from ir.workload import Workload
+from ir.workload import SMALL_CONST, Workload
 
 
 def make_wl(ops, inputs, arrays=None, sym=None) -> Workload:
     """ops: [(op, [refs], attrs)]; inputs: [(shape, dtype, const)]. The output shape comes from
     running the reference on `arrays` (or random float inputs)."""
-    ins = tuple({"shape": list(s), "sym": list(sym[k]) if sym and sym[k] else list(s), "dtype": d, "const": c}
-                for k, (s, d, c) in enumerate(inputs))
+    ins = [{"shape": list(s), "sym": list(sym[k]) if sym and sym[k] else list(s), "dtype": d, "const": c}
+           for k, (s, d, c) in enumerate(inputs)]
+    for spec, a in zip(ins, arrays if arrays is not None else []):   # as make_workload stores them
+        a = np.asarray(a)
+        if spec["const"] and a.dtype.kind in "iub" and a.size <= SMALL_CONST:
+            spec["value"] = a.tolist()
+    ins = tuple(ins)
     ops = tuple({"op": o, "in": list(i), "attrs": dict(a)} for o, i, a in ops)
     wl = Workload(ops, ins, (), "float32")
     arrays = arrays if arrays is not None else wl.random_inputs(0)

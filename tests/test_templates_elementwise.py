@@ -1,5 +1,6 @@
 """elementwise template: broadcast chains and injective copies (Transpose, Reshape, Slice,
-Gather, Concat, Cast) agree with the NumPy reference; int64-only subgraphs stay on the reference."""
+Gather, Concat, Cast) agree with the NumPy reference, over float32, int64, int32 and bool values
+(masks, NaN tests, integer shape arithmetic)."""
 from __future__ import annotations
 
 import numpy as np
@@ -61,7 +62,146 @@ def test_injective_copies(name):
     check(EW, wl, EW.space(wl).validate({**EW.default_config(wl).to_json(), "vector": "last", "unroll": 4}), arrays=arrays)
 
 
-def test_int64_shape_subgraphs_stay_on_the_reference():
+NEG = np.array([[-7, 7, -6, 5], [3, -3, 0, 9]], np.int64)
+
+TYPED = {
+    # integer arithmetic as ONNX defines it: Div truncates, Mod takes the divisor's sign (fmod=1: the dividend's)
+    "int64_div_mod": ([("Div", ["i0", "i1"], {}), ("Mod", ["i0", "i1"], {}), ("Mul", ["t0", "t1"], {}),
+                       ("Mod", ["i0", "i1"], {"fmod": 1}), ("Add", ["t2", "t3"], {})],
+                      [((2, 4), "int64", False), ((4,), "int64", True)], lambda: [NEG, np.array([2, -3, 4, -5])]),
+    "int32_sign_abs_neg": ([("Sign", ["i0"], {}), ("Abs", ["i0"], {}), ("Mul", ["t0", "t1"], {}), ("Neg", ["t2"], {}),
+                            ("Max", ["t3", "i1"], {})],
+                           [((2, 4), "int32", False), ((), "int32", True)], lambda: [NEG.astype(np.int32), np.int32(-5)]),
+    # torch attention masks: Where(Equal(mask, 0), -inf, scores), bool results, int -> float casts
+    "attention_mask": ([("Equal", ["i0", "i1"], {}), ("Where", ["t0", "i2", "i3"], {})],
+                       [((2, 1, 1, 5), "int64", False), ((), "int64", True), ((), "float32", True),
+                        ((2, 3, 5, 5), "float32", False)],
+                       lambda: [RNG.integers(0, 2, (2, 1, 1, 5)), np.int64(0), np.float32(-np.inf), f32(2, 3, 5, 5)]),
+    "comparisons_to_bool": ([("Less", ["i0", "i1"], {}), ("Not", ["t0"], {}), ("GreaterOrEqual", ["i0", "i2"], {}),
+                             ("And", ["t1", "t2"], {}), ("Xor", ["t3", "t0"], {})],
+                            [((3, 4), "float32", False), ((4,), "float32", False), ((), "float32", True)], None),
+    # torch sdpa exports: Where(IsNaN(softmax), 0, softmax); NaN and inf must survive fastmath
+    "isnan_isinf": ([("IsNaN", ["i0"], {}), ("IsInf", ["i0"], {"detect_negative": 0}), ("Or", ["t0", "t1"], {}),
+                     ("Where", ["t2", "i1", "i0"], {})],
+                    [((3, 4), "float32", False), ((), "float32", True)],
+                    lambda: [np.array([[np.nan, 1, np.inf, -np.inf]] * 3, np.float32), np.float32(0)]),
+    "cast_chain": ([("Cast", ["i0"], {"to": 6}), ("Cast", ["t0"], {"to": 9}), ("Cast", ["t1"], {"to": 1}),
+                    ("Add", ["t2", "i0"], {})],
+                   [((2, 5), "float32", False)], lambda: [np.array([[-2.7, -0.5, 0, 0.4, 3.9]] * 2, np.float32)]),
+    "expand_int64": ([("Expand", ["i0", "i1"], {}), ("Cast", ["t0"], {"to": 9})],
+                     [((1, 5), "int64", False), ((3,), "int64", True)], lambda: [RNG.integers(0, 2, (1, 5)), np.array([2, 3, 5])]),
+    "gather_int64_data": ([("Gather", ["i0", "i1"], {"axis": 1})], [((2, 6), "int64", False), ((3,), "int32", True)],
+                          lambda: [RNG.integers(-9, 9, (2, 6)), np.array([5, -1, 0], np.int32)]),
+    # a gathered index inside one branch of a Concat is read only for that branch's elements
+    "concat_of_gather": ([("Gather", ["i0", "i1"], {"axis": 0}), ("Concat", ["t0", "i2"], {"axis": 0})],
+                         [((5, 4), "float32", True), ((2,), "int64", False), ((3, 4), "float32", False)],
+                         lambda: [f32(5, 4), np.array([4, -5]), f32(3, 4)]),
+    "bitwise_shift": ([("BitwiseAnd", ["i0", "i1"], {}), ("BitShift", ["t0", "i2"], {"direction": "LEFT"}),
+                       ("BitwiseNot", ["t1"], {})],
+                      [((2, 4), "int32", False), ((4,), "int32", False), ((), "int32", True)],
+                      lambda: [RNG.integers(0, 99, (2, 4)).astype(np.int32), RNG.integers(0, 99, 4).astype(np.int32), np.int32(2)]),
+    "round_floor_ceil": ([("Round", ["i0"], {}), ("Floor", ["i0"], {}), ("Ceil", ["i0"], {}), ("Add", ["t0", "t1"], {}),
+                          ("Sub", ["t3", "t2"], {})],
+                         [((6,), "float32", False)], lambda: [np.array([0.5, 1.5, 2.5, -0.5, -1.7, 2.2], np.float32)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TYPED))
+def test_typed_values(name):
+    ops, ins, arrays = TYPED[name]
+    arrays = arrays() if arrays else None
+    wl = make_wl(ops, ins, arrays)
+    assert EW.matches(wl), name
+    for vector in ("flat", "last"):
+        cfg = EW.space(wl).validate({**EW.default_config(wl).to_json(), "vector": vector, "unroll": 4})
+        check(EW, wl, cfg, arrays=arrays)
+
+
+def test_int64_shape_arithmetic_compiles():
     wl = make_wl([("Unsqueeze", ["i0", "i1"], {})], [((2, 3), "int64", False), ((2,), "int64", True)],
                  [np.ones((2, 3), np.int64), np.array([1, 2])])
+    assert EW.matches(wl) and wl.output_dtype == "int64"
+    check(EW, wl, EW.default_config(wl), arrays=[np.arange(6).reshape(2, 3) - 3, np.array([1, 2])])
+
+
+def test_unsupported_element_types_are_not_matched():
+    wl = make_wl([("Relu", ["i0"], {})], [((4,), "float16", False)])
     assert not EW.matches(wl)
+
+
+# index maps of ops registered in ir/ops/index_ops.py and ir/ops/math_more.py (the ops helper's modules)
+INDEXED = {
+    "gather_elements": ([("GatherElements", ["i0", "i1"], {"axis": 1}), ("Relu", ["t0"], {})],
+                        [((3, 5), "float32", False), ((3, 4), "int64", False)],
+                        lambda: [f32(3, 5), RNG.integers(-5, 5, (3, 4))]),
+    "gather_nd": ([("GatherND", ["i0", "i1"], {})], [((4, 3, 2), "float32", False), ((5, 2), "int64", False)],
+                  lambda: [f32(4, 3, 2), np.stack([RNG.integers(-4, 4, 5), RNG.integers(0, 3, 5)], 1)]),
+    "gather_nd_batch_dims": ([("GatherND", ["i0", "i1"], {"batch_dims": 1})],
+                             [((2, 3, 4), "float32", False), ((2, 5, 1), "int64", False)],
+                             lambda: [f32(2, 3, 4), RNG.integers(0, 3, (2, 5, 1))]),
+    "trilu_lower": ([("Trilu", ["i0", "i1"], {"upper": 0})], [((2, 4, 5), "float32", False), ((), "int64", True)],
+                    lambda: [f32(2, 4, 5), np.array(1)]),
+    "castlike": ([("CastLike", ["i0", "i1"], {}), ("Add", ["t0", "i1"], {})],
+                 [((2, 4), "float32", False), ((1,), "int64", False)], lambda: [f32(2, 4) * 5, np.array([3])]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDEXED))
+def test_index_maps(name):
+    from ir.ops import OPS
+    ops, ins, arrays = INDEXED[name]
+    if ops[0][0] not in OPS:
+        pytest.skip(f"{ops[0][0]} is registered by another module (ir/ops/index_ops.py or math_more.py)")
+    arrays = arrays()
+    wl = make_wl(ops, ins, arrays)
+    assert EW.matches(wl), name
+    for vector in ("flat", "last"):
+        check(EW, wl, EW.space(wl).validate({**EW.default_config(wl).to_json(), "vector": vector}), arrays=arrays)
+
+
+def _attention_model():
+    """Torch-style masked attention scores: Shape/Gather/Concat reshape targets, an int64 mask
+    turned into Where(Equal(mask, 0), -inf, scores), Softmax, sdpa's Where(IsNaN(p), 0, p)."""
+    from onnx import TensorProto as TP
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+    rng = np.random.default_rng(1)
+    d, heads = 8, 2
+    n = h.make_node
+    nodes = [
+        n("MatMul", ["x", "wq"], ["q"]), n("MatMul", ["x", "wk"], ["k"]),
+        n("Shape", ["x"], ["shp"]), n("Gather", ["shp", "zero"], ["b"]), n("Gather", ["shp", "one"], ["s"]),
+        n("Unsqueeze", ["b", "ax0"], ["b1"]), n("Unsqueeze", ["s", "ax0"], ["s1"]),
+        n("Concat", ["b1", "s1", "heads", "hd"], ["tgt"], axis=0),
+        n("Reshape", ["q", "tgt"], ["q4"]), n("Transpose", ["q4"], ["qt"], perm=[0, 2, 1, 3]),
+        n("Reshape", ["k", "tgt"], ["k4"]), n("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
+        n("MatMul", ["qt", "kt"], ["sc"]),
+        n("Unsqueeze", ["mask", "ax12"], ["m4"]), n("Equal", ["m4", "izero"], ["meq"]),
+        n("Where", ["meq", "ninf", "sc"], ["msc"]), n("Softmax", ["msc"], ["p"], axis=-1),
+        n("IsNaN", ["p"], ["nan"]), n("Where", ["nan", "fzero", "p"], ["p2"]),
+        n("Cast", ["mask"], ["mf"], to=TP.FLOAT), n("Unsqueeze", ["mf", "ax12"], ["mf4"]), n("Mul", ["p2", "mf4"], ["out"]),
+    ]
+    consts = {"wq": rng.standard_normal((d, d)).astype(np.float32), "wk": rng.standard_normal((d, d)).astype(np.float32),
+              "zero": np.array(0), "one": np.array(1), "ax0": np.array([0]), "ax12": np.array([1, 2]),
+              "heads": np.array([heads]), "hd": np.array([d // heads]), "izero": np.array(0),
+              "ninf": np.array(-np.inf, np.float32), "fzero": np.array(0, np.float32)}
+    g = h.make_graph(nodes, "attn", [h.make_tensor_value_info("x", TP.FLOAT, ["B", "S", d]),
+                                     h.make_tensor_value_info("mask", TP.INT64, ["B", "S"])],
+                     [h.make_tensor_value_info("out", TP.FLOAT, ["B", heads, "S", "S"])],
+                     [nh.from_array(v, k) for k, v in consts.items()])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_torch_style_attention_mask_runs_on_compiled_kernels():
+    ort = pytest.importorskip("onnxruntime")
+    import runtime
+    model = _attention_model()
+    m = runtime.load(model)
+    sess = ort.InferenceSession(model.SerializeToString())
+    for s in (4, 6):   # two sequence lengths; batch row 0 masks all but 2 positions
+        feeds = {"x": RNG.standard_normal((2, s, 8)).astype(np.float32),
+                 "mask": (np.arange(s)[None, :] < np.array([[2], [s]])).astype(np.int64)}
+        want = sess.run(None, feeds)[0]
+        np.testing.assert_allclose(m(**feeds), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    cov = m.coverage()
+    assert cov.share("reference") == 0 and cov.share("view") == 0, str(cov)

@@ -1,5 +1,5 @@
 """Op registry; importing this package registers every op module."""
-from ir.ops import elementwise, linalg, nn, reduce, shape_ops, tensor  # noqa: F401  (registration side effects)
+from ir.ops import elementwise, linalg, nn, reduce, resize, shape_ops, tensor  # noqa: F401  (registration side effects)
 from ir.ops import (attention_ops, detection_ops, index_ops, linalg_more, math_more, misc_ops,  # noqa: F401
                     norm_ops, pool_more, rnn_ops, sampling_ops, signal_ops)
 from ir.ops.registry import (ANCHOR, BROADCAST, ELEMWISE, INJECTIVE, OPAQUE, OPS, REDUCE, OpDef,

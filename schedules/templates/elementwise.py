@@ -1,11 +1,16 @@
-"""Elementwise / injective chains: broadcasting arithmetic, Cast, Transpose, Reshape/Flatten/
-Squeeze/Unsqueeze, Expand, Slice, Gather, Concat — one loop over the output index space.
+"""Elementwise / injective chains: broadcasting arithmetic, comparisons, Where, Cast, Transpose,
+Reshape/Flatten/Squeeze/Unsqueeze, Expand, Slice, Gather, Concat, Resize — one loop over the
+output index space, over any of the element types numba has (float32, int64, int32, bool...).
 
 Every output element is one expression: each op turns the index it is read at
 into the index of its inputs (broadcast: 0 on size-1 dims; Transpose: permute;
 Reshape: linearize/delinearize; Slice: start + step * i, with starts and steps
 read at run time; Gather: an index loaded from the indices tensor; Concat: a
-select by offset). Nothing in between is materialized. Shapes are code constants.
+select by offset; Resize: per resized axis T source indices and weights read from
+tables built once from the op's attributes and scales/sizes — nearest 1 tap, linear
+2, cubic 4, see `ir.ops.resize`). Nothing in between is materialized. Shapes are
+code constants. Values are typed: each op's code comes from `typed_expr` for the
+element types of its operands (int64 shape arithmetic, bool masks, float32 math).
 
 Knobs: `vector` (code) — `flat`: one flat loop over all elements (used when every
 input is read at the output's flat index or is a scalar, otherwise the same as
@@ -16,41 +21,64 @@ input is read at the output's flat index or is a scalar, otherwise the same as
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
-from ir.graph import Node, TensorType
+from ir.graph import TensorType
 from ir.ops import BROADCAST, ELEMWISE, OPS
+from ir.ops.elementwise import DTYPE_EXPRS, NAN_AWARE, NUMBA_TYPES, literal, typed_expr
+from ir.ops import resize as rz
 from ir.workload import Workload
-from schedules.epilogue import as_kernel_array
-from schedules.loopnest import Assign, For, Function, If, LoopModule, Param
+from schedules.loopnest import Assign, For, Function, LoopModule, Param
 from schedules.parallel import num_threads, parallel_for
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
 
-MOVES = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Slice", "Gather", "Concat", "Identity"}
-SHAPE_ARGS = {"Reshape": {1}, "Squeeze": {1}, "Unsqueeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4}}
+RESIZES = {"Resize", "Upsample"}
+MOVES = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Slice", "Gather", "Concat",
+         "Identity", "GatherElements", "GatherND", "Trilu"} | RESIZES
+SHAPE_ARGS = {"Reshape": {1}, "Squeeze": {1}, "Unsqueeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
+              "Resize": {1, 2, 3}, "Upsample": {1}, "Trilu": {1}}   # operands read at launch or code constants
 
 
-def _shapes(wl: Workload):
-    """Concrete shape of every value (i*, t*), forward by the ops' shape functions, then backward
-    through Transpose/unary ops for the ones whose shape needs constant values; None if unknown."""
+def _consts(wl: Workload) -> dict:
+    return {f"i{k}": np.array(i["value"], dtype=i["dtype"]).reshape(i["shape"]) for k, i in enumerate(wl.inputs)
+            if "value" in i}
+
+
+def _types(wl: Workload):
+    """(shape, dtype) of every value (i*, t*): forward by the ops' shape functions (with the small
+    int constants the workload holds), then backward through Transpose, unary ops and Concat for
+    the ones whose shape needs values the workload does not hold; None if any stays unknown."""
     shapes = {f"i{k}": tuple(i["shape"]) for k, i in enumerate(wl.inputs)}
+    dtypes = {f"i{k}": i["dtype"] for k, i in enumerate(wl.inputs)}
+    consts = _consts(wl)
     nodes = wl.nodes()
     for k, n in enumerate(nodes):
+        t = f"t{k}"
         try:
-            types = [TensorType(shapes[r], "float32") if shapes.get(r) is not None else None for r in n.inputs]
-            out = OPS[n.op].infer(n, types, [None] * len(types))[0].shape
-            shapes[f"t{k}"] = tuple(int(d) for d in out)
+            types = [TensorType(shapes[r], dtypes[r]) if shapes.get(r) is not None else None for r in n.inputs]
+            out = OPS[n.op].infer(n, types, [consts.get(r) for r in n.inputs])[0]
+            shapes[t], dtypes[t] = tuple(int(d) for d in out.shape), out.dtype
         except Exception:
-            shapes[f"t{k}"] = None
+            shapes[t], dtypes[t] = None, dtypes.get(n.inputs[0]) if n.op in MOVES else None
     last = f"t{len(nodes) - 1}"
-    shapes[last] = tuple(wl.output_shape)
+    shapes[last], dtypes[last] = tuple(wl.output_shape), wl.output_dtype
     for k in range(len(nodes) - 1, -1, -1):
         n, o = nodes[k], shapes[f"t{k}"]
+        if o is None:
+            continue
+        if n.op == "Concat":
+            unknown = [r for r in n.inputs if shapes[r] is None]
+            if len(unknown) == 1:
+                axis = int(n.attrs["axis"]) % len(o)
+                rest = sum(shapes[r][axis] for r in n.inputs if r != unknown[0])
+                shapes[unknown[0]] = tuple(o[axis] - rest if a == axis else d for a, d in enumerate(o))
+            continue
         src = n.inputs[0]
-        if o is None or not src.startswith("t") or shapes[src] is not None:
+        if not src.startswith("t") or shapes[src] is not None:
             continue
         if n.op == "Transpose":
             perm = list(n.attrs.get("perm") or reversed(range(len(o))))
@@ -60,7 +88,9 @@ def _shapes(wl: Workload):
             shapes[src] = tuple(inv)
         elif OPS[n.op].kind == ELEMWISE and len(n.inputs) == 1:
             shapes[src] = o
-    return shapes if all(v is not None for v in shapes.values()) else None
+    if any(v is None for v in shapes.values()) or any(dtypes.get(r) is None for r in shapes):
+        return None
+    return {r: (shapes[r], dtypes[r]) for r in shapes}
 
 
 def _strides(shape):
@@ -71,13 +101,27 @@ def _strides(shape):
     return out
 
 
+def _resize_plan(node, in_shape, out_shape):
+    """Per axis of a Resize: None (left as it is) or the taps its table is coded for.
+    An axis of equal sizes is coded as left alone (scale 1); launch checks that the
+    node's scales agree. Taps are an upper bound: the real scale is >= out / in."""
+    spec = rz.spec_of(node)
+    return [None if d == o else rz.taps(spec, o / d if d else 1.0) for d, o in zip(in_shape, out_shape)]
+
+
 class _Emitter:
     """Builds the expression of a value at an index (a list of index expressions)."""
 
-    def __init__(self, wl: Workload, shapes: dict):
-        self.wl, self.shapes, self.nodes = wl, shapes, wl.nodes()
+    def __init__(self, wl: Workload, types: dict, flat: bool = False):
+        self.wl, self.types, self.nodes = wl, types, wl.nodes()
+        self.shapes = {r: t[0] for r, t in types.items()}
+        self.flat_mode = flat   # every input read at the flat output index `i` (or a scalar)
+        self.consts = _consts(wl)
         self.pre: list[Assign] = []
         self.n_tmp = 0
+
+    def dtype(self, ref: str) -> str:
+        return self.types[ref][1]
 
     def flat(self, ref: str, idx) -> str:
         terms = [f"({i}) * {s}" if s != 1 else f"({i})" for i, s, d in zip(idx, _strides(self.shapes[ref]), self.shapes[ref])
@@ -87,6 +131,8 @@ class _Emitter:
     def load(self, ref: str, idx) -> str:
         shape = self.shapes[ref]
         if ref.startswith("i"):
+            if self.flat_mode:
+                return f"x{ref[1:]}[0]" if math.prod(shape) == 1 else f"x{ref[1:]}[i]"
             return f"x{ref[1:]}[{self.flat(ref, idx)}]"
         k = int(ref[1:])
         n = self.nodes[k]
@@ -96,8 +142,8 @@ class _Emitter:
         for a in n.inputs:
             sa = self.shapes[a]
             off = len(shape) - len(sa)
-            args.append(self.load(a, ["0" if d == 1 else idx[off + b] for b, d in enumerate(sa)]))
-        return "(" + OPS[n.op].expr(n, args) + ")"
+            args.append(self.load(a, None if self.flat_mode else ["0" if d == 1 else idx[off + b] for b, d in enumerate(sa)]))
+        return "(" + typed_expr(n, args, [self.dtype(a) for a in n.inputs], self.dtype(ref)) + ")"
 
     def _reshape(self, n, idx, shape):
         src = n.inputs[0]
@@ -112,6 +158,10 @@ class _Emitter:
         return " + ".join(f"({i}) * {s}" for i, s, d in zip(idx, _strides(shape), shape) if d != 1) or "0"
 
     def flat_name(self, expr):
+        """A temporary for index arithmetic; an expression that loads (a gathered index) stays
+        inline, so that a Concat branch never reads memory for an element of another branch."""
+        if "[" in expr:
+            return expr
         name = f"f{self.n_tmp}"
         self.n_tmp += 1
         self.pre.append(Assign(name, expr))
@@ -144,11 +194,31 @@ class _Emitter:
         data, ind = n.inputs[0], n.inputs[1]
         ds, gs = self.shapes[data], self.shapes[ind]
         axis = int(n.attrs.get("axis", 0)) % len(ds)
-        g = f"g{self.n_tmp}"
-        self.n_tmp += 1
-        self.pre.append(Assign(g, self.load(ind, idx[axis:axis + len(gs)])))
-        self.pre.append(Assign(g, f"{g} + {ds[axis]} if {g} < 0 else {g}"))
+        g = self.load(ind, idx[axis:axis + len(gs)])
+        g = f"({g} + {ds[axis]} if {g} < 0 else {g})"   # negative indices count from the end
         return self.load(data, list(idx[:axis]) + [g] + list(idx[axis + len(gs):]))
+
+    def _index(self, ind, at, size):
+        g = self.load(ind, at)
+        return f"({g} + {size} if {g} < 0 else {g})"   # negative indices count from the end
+
+    def gatherelements(self, n, k, idx, shape):
+        data, ind = n.inputs[0], n.inputs[1]
+        ds = self.shapes[data]
+        axis = int(n.attrs.get("axis", 0)) % len(ds)
+        return self.load(data, list(idx[:axis]) + [self._index(ind, idx, ds[axis])] + list(idx[axis + 1:]))
+
+    def gathernd(self, n, k, idx, shape):
+        data, ind = n.inputs[0], n.inputs[1]
+        ds, gs = self.shapes[data], self.shapes[ind]
+        b, r = int(n.attrs.get("batch_dims", 0)), len(gs) - 1
+        picked = [self._index(ind, list(idx[:r]) + [str(j)], ds[b + j]) for j in range(gs[-1])]
+        return self.load(data, list(idx[:b]) + picked + list(idx[r:]))
+
+    def trilu(self, n, k, idx, shape):
+        diag = int(self.consts[n.inputs[1]].reshape(-1)[0]) if len(n.inputs) > 1 else 0
+        keep = f"({idx[-1]}) - ({idx[-2]}) {'>=' if n.attrs.get('upper', 1) else '<='} {diag}"
+        return f"({self.load(n.inputs[0], idx)} if {keep} else {literal(0, self.dtype(f't{k}'))})"
 
     def concat(self, n, k, idx, shape):
         axis = int(n.attrs["axis"]) % len(shape)
@@ -159,47 +229,79 @@ class _Emitter:
             off += d
         expr = None
         for lo, hi, a in reversed(parts):
+            if lo == hi:
+                continue   # an empty input contributes nothing
             sub = list(idx)
             sub[axis] = f"({idx[axis]}) - {lo}" if lo else idx[axis]
             e = self.load(a, sub)
             expr = e if expr is None else f"({e} if ({idx[axis]}) < {hi} else {expr})"
         return expr
 
+    def resize(self, n, k, idx, shape):
+        src = n.inputs[0]
+        plan = _resize_plan(n, self.shapes[src], shape)
+        spec = rz.spec_of(n)
+        axes = [a for a, p in enumerate(plan) if p is not None]
+
+        def taps(sub, rest):
+            if not rest:
+                return self.load(src, sub)
+            a, T = rest[0], plan[rest[0]]
+            parts = []
+            for t in range(T):
+                pos = f"({idx[a]}) * {T} + {t}" if T > 1 else idx[a]
+                inner = taps(sub[:a] + [f"rzi{k}_{a}[{pos}]"] + sub[a + 1:], rest[1:])
+                parts.append(inner if spec.mode == "nearest" else f"rzw{k}_{a}[{pos}] * {inner}")
+            return "(" + " + ".join(parts) + ")"
+        e = taps(list(idx), axes)
+        if spec.transform == "tf_crop_and_resize":
+            out = " | ".join(f"rzo{k}_{a}[{idx[a]}]" for a in axes)
+            e = f"({literal(spec.extrapolation_value, self.dtype(f't{k}'))} if ({out}) else {e})"
+        return e
+
+    upsample = resize
+
 
 def _check(wl: Workload):
-    """None, or (shapes, loaded input refs)."""
-    if wl.output_dtype != "float32" or not wl.ops:
+    """None, or (types, loaded input refs)."""
+    if wl.output_dtype not in NUMBA_TYPES or not wl.ops:
         return None
-    shapes = _shapes(wl)
-    if shapes is None:
+    types = _types(wl)
+    if types is None or any(dt not in NUMBA_TYPES for _, dt in types.values()):
         return None
     loaded = set()
     for k, o in enumerate(wl.ops):
         d = OPS.get(o["op"])
         if d is None:
             return None
-        if o["op"] not in MOVES and (d.kind not in (ELEMWISE, BROADCAST) or d.expr is None):
+        if o["op"] not in MOVES and (d.kind not in (ELEMWISE, BROADCAST) or (d.expr is None and o["op"] not in DTYPE_EXPRS)):
             return None
-        skip = SHAPE_ARGS.get(o["op"], set())
+        if o["op"] in RESIZES:
+            try:
+                spec = rz.spec_of(wl.nodes()[k])
+            except Exception:
+                return None
+            if spec.mode != "nearest" and types[f"t{k}"][1] != "float32":
+                return None   # interpolating integers rounds: left to the reference
+        if o["op"] == "Trilu" and len(o["in"]) > 1 and (not o["in"][1].startswith("i")
+                                                         or "value" not in wl.inputs[int(o["in"][1][1:])]):
+            return None   # the diagonal offset is a code constant
+        if o["op"] == "GatherND" and len(types[o["in"][1]][0]) < 1:
+            return None
+        skip = set(range(1, len(o["in"]))) if o["op"] in RESIZES else SHAPE_ARGS.get(o["op"], set())
         for a, r in enumerate(o["in"]):
             if a in skip:
                 if not r.startswith("i"):
                     return None
                 continue
             if r.startswith("i"):
-                dt = wl.inputs[int(r[1:])]["dtype"]
-                ok = dt == "float32" or (dt in ("int64", "int32") and (o["op"] == "Cast" or (o["op"] == "Gather" and a == 1)))
-                if not ok:
-                    return None
                 loaded.add(r)
-    if any(o["op"] == "Concat" for o in wl.ops) and any(o["op"] == "Gather" for o in wl.ops):
-        return None  # a gathered index inside a concat branch would be read unconditionally
-    return shapes, sorted(loaded, key=lambda r: int(r[1:]))
+    return types, sorted(loaded, key=lambda r: int(r[1:]))
 
 
 class ElementwiseTemplate(Template):
     name = "elementwise"
-    version = 1
+    version = 2
 
     def matches(self, wl: Workload) -> bool:
         return _check(wl) is not None
@@ -216,19 +318,23 @@ class ElementwiseTemplate(Template):
         return self.space(wl).validate({"vector": "flat", "unroll": 1, "parallel": True, "RB": 16})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
-        shapes, loaded = _check(wl)
+        types, loaded = _check(wl)
+        shapes = {r: t[0] for r, t in types.items()}
         out_shape = tuple(wl.output_shape)
         total = math.prod(out_shape)
         flat_ok = all(o["op"] not in MOVES for o in wl.ops) and all(
             shapes[r] == out_shape or math.prod(shapes[r]) == 1 for r in loaded)
         flat = cfg["vector"] == "flat" and flat_ok or len(out_shape) <= 1
-        em = _Emitter(wl, shapes)
         last = f"t{len(wl.ops) - 1}"
         unroll = cfg["unroll"]
+        nodes = wl.nodes()
         if flat:
-            value = em.load(last, ["i"] * len(out_shape)) if len(out_shape) <= 1 else None
-            if value is None:   # every input is full-shape or a scalar: read at the flat index
-                value = _flat_value(wl, shapes, out_shape)
+            if len(out_shape) <= 1:
+                em = _Emitter(wl, types)
+                value = em.load(last, ["i"] * len(out_shape))
+            else:   # every input is full-shape or a scalar: read at the flat index
+                em = _Emitter(wl, types, flat=True)
+                value = em.load(last, None)
             inner = (*em.pre, Assign("out[i]", value))
             body = (
                 Assign("CH", "RB * 1024"),
@@ -238,6 +344,7 @@ class ElementwiseTemplate(Template):
                 )),
             )
         else:
+            em = _Emitter(wl, types)
             R = len(out_shape)
             idx = [f"o{a}" for a in range(R - 1)] + ["j"]
             value = em.load(last, idx)
@@ -259,15 +366,19 @@ class ElementwiseTemplate(Template):
                 )),
             )
         slices = [k for k, o in enumerate(wl.ops) if o["op"] == "Slice"]
-        in_params = tuple(Param(f"x{r[1:]}", f"{wl.inputs[int(r[1:])]['dtype']}[::1]") for r in loaded)
-        params = in_params + tuple(Param(f"sl{k}", "int64[::1]") for k in slices) + (
-            Param("out", "float32[::1]"), Param("n", "int64"), Param("RB", "int64"), Param("t", "int64"), Param("T", "int64"))
-        module = LoopModule((Function("injective", params, body),),
+        resizes = {k: _resize_plan(nodes[k], shapes[nodes[k].inputs[0]], shapes[f"t{k}"])
+                   for k, o in enumerate(wl.ops) if o["op"] in RESIZES}
+        in_params = tuple(Param(f"x{r[1:]}", f"{NUMBA_TYPES[types[r][1]]}[::1]") for r in loaded)
+        params = in_params + tuple(Param(f"sl{k}", "int64[::1]") for k in slices) + _resize_params(nodes, resizes) + (
+            Param("out", f"{NUMBA_TYPES[wl.output_dtype]}[::1]"), Param("n", "int64"), Param("RB", "int64"),
+            Param("t", "int64"), Param("T", "int64"))
+        # IsNaN / IsInf must see NaN and inf: LLVM may fold them away under nnan / ninf
+        fast = {} if not any(o["op"] in NAN_AWARE for o in wl.ops) else {"fastmath": ("nsz", "arcp", "contract", "afn")}
+        module = LoopModule((Function("injective", params, body, **fast),),
                             doc=f"elementwise kernel: {'+'.join(o['op'] for o in wl.ops)} vector={'flat' if flat else 'last'} unroll={unroll}",
                             meta={"template": f"elementwise v{self.version}"})
         threads = num_threads() if cfg["parallel"] else 1
         RB = cfg["RB"]
-        nodes = wl.nodes()
 
         def slice_params(arrays, k):
             n = nodes[k]
@@ -282,33 +393,92 @@ class ElementwiseTemplate(Template):
                 sl[2 * a], sl[2 * a + 1] = start, step
             return sl
 
-        const_slices = all(wl.inputs[int(r[1:])]["const"] for k in slices for r in wl.ops[k]["in"][1:])
+        def operand_arrays(arrays):
+            return [[None] + [arrays[int(r[1:])] for r in wl.ops[k]["in"][1:]] for k in resizes]
 
-        def prepare(funcs, arrays):  # slice bounds from constants are read once; others per call
-            return {"sl": [slice_params(arrays, k) for k in slices] if const_slices else None}
+        def tables(arrays):
+            """Resize tables as kernel arguments, or None where the node's scales do not fit the code."""
+            out = []
+            for k, ops_in in zip(resizes, operand_arrays(arrays)):
+                t = _resize_tables(nodes[k], shapes[nodes[k].inputs[0]], shapes[f"t{k}"], resizes[k], ops_in)
+                if t is None:
+                    return None
+                out += t
+            return tuple(out)
+
+        operand_refs = [r for k in slices for r in wl.ops[k]["in"][1:]] + [r for k in resizes for r in wl.ops[k]["in"][1:]]
+
+        def prepare(funcs, arrays):
+            return {"args": {}}   # shared by the programs of every shape: filled per shape by launch
 
         def launch(funcs, state, arrays, out):
-            xs = tuple(np.ascontiguousarray(arrays[int(r[1:])]).reshape(-1) if wl.inputs[int(r[1:])]["dtype"] != "float32"
-                       else as_kernel_array(arrays[int(r[1:])]).reshape(-1) for r in loaded)
+            # slice bounds and resize tables depend on the shape and on small operands: built once per
+            # (shape, operand values), then looked up (a few microseconds)
+            key = (wl.key,) + tuple(np.asarray(arrays[int(r[1:])]).tobytes() for r in operand_refs)
+            cached = state["args"].get(key)
+            if cached is None:
+                if len(state["args"]) > 64:
+                    state["args"].clear()
+                cached = state["args"][key] = ([slice_params(arrays, k) for k in slices], tables(arrays) if resizes else ())
+            sl, rzt = cached
+            if rzt is None:
+                warnings.warn(f"{wl.describe()}: resize scales differ from the sizes the kernel was generated "
+                              "for; computed by the NumPy reference")
+                out[...] = wl.reference(list(arrays))
+                return
+            xs = tuple(np.ascontiguousarray(arrays[int(r[1:])], dtype=types[r][1]).reshape(-1) for r in loaded)
             xs = tuple(a if a.flags.writeable else a.copy() for a in xs)
             n_ = total if flat else 0
-            sl = state["sl"] if state["sl"] is not None else [slice_params(arrays, k) for k in slices]
-            parallel_for(funcs["injective"], xs + tuple(sl) + (out.reshape(-1), n_, RB), threads)
+            parallel_for(funcs["injective"], xs + tuple(sl) + rzt + (out.reshape(-1), n_, RB), threads)
 
         return Lowered(module, prepare, launch)
 
 
-def _flat_value(wl: Workload, shapes: dict, out_shape) -> str:
-    env = {}
-    for k, (o, n) in enumerate(zip(wl.ops, wl.nodes())):
-        args = []
-        for r in o["in"]:
-            if r.startswith("t"):
-                args.append(env[r])
-            else:
-                args.append(f"x{r[1:]}[0]" if math.prod(shapes[r]) == 1 else f"x{r[1:]}[i]")
-        env[f"t{k}"] = "(" + OPS[o["op"]].expr(n, args) + ")"
-    return env[f"t{len(wl.ops) - 1}"]
+def _resize_params(nodes, resizes) -> tuple:
+    """Kernel parameters of the resize tables: per coded axis its indices, weights (not for
+    nearest) and outside flags (tf_crop_and_resize)."""
+    out = []
+    for k, plan in resizes.items():
+        spec = rz.spec_of(nodes[k])
+        for a, T in enumerate(plan):
+            if T is None:
+                continue
+            out.append(Param(f"rzi{k}_{a}", "int64[::1]"))
+            if spec.mode != "nearest":
+                out.append(Param(f"rzw{k}_{a}", "float32[::1]"))
+            if spec.transform == "tf_crop_and_resize":
+                out.append(Param(f"rzo{k}_{a}", "boolean[::1]"))
+    return tuple(out)
+
+
+def _resize_tables(node, in_shape, out_shape, plan, operands):
+    """The arrays `_resize_params` names, from the node's roi/scales/sizes; None if they do not
+    fit the code (an axis coded as left alone is resampled, more taps, another output size)."""
+    spec = rz.spec_of(node)
+    got_shape, tabs = rz.tables(node, in_shape, *rz.operands_of(node, operands))
+    if tuple(got_shape) != tuple(out_shape):
+        return None
+    out = []
+    for a, (T, tab) in enumerate(zip(plan, tabs)):
+        if T is None:
+            if tab is not None:
+                return None
+            continue
+        o = out_shape[a]
+        if tab is None:   # left alone by the op: the identity, in the coded number of taps
+            tab = rz.AxisTable(np.arange(o, dtype=np.int64)[:, None], np.ones((o, 1)), None)
+        if tab.index.shape[1] > T:
+            return None
+        idx = np.zeros((o, T), np.int64)
+        w = np.zeros((o, T), np.float32)
+        idx[:, :tab.index.shape[1]] = tab.index
+        w[:, :tab.weight.shape[1]] = tab.weight
+        out.append(idx.reshape(-1))
+        if spec.mode != "nearest":
+            out.append(w.reshape(-1))
+        if spec.transform == "tf_crop_and_resize":
+            out.append(np.zeros(o, bool) if tab.outside is None else np.ascontiguousarray(tab.outside))
+    return out
 
 
 def _inner(var: str, lo: str, hi: str, body: tuple, unroll: int) -> tuple:

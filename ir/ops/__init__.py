@@ -1,5 +1,6 @@
 """Op registry; importing this package registers every op module."""
 from ir.ops import elementwise, linalg, nn, reduce, shape_ops, tensor  # noqa: F401  (registration side effects)
+from ir.ops import quant  # noqa: F401  (QuantizeLinear / DequantizeLinear)
 from ir.ops.registry import (ANCHOR, BROADCAST, ELEMWISE, INJECTIVE, OPAQUE, OPS, REDUCE, OpDef,
                              VALUE_FNS, broadcast_shapes, dims_of, f32, get_op,
                              note_equal, register, register_value, take_constraints)

@@ -16,7 +16,8 @@ from ir.shapes import DimRange, symbol
 _DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64",
            onnx.TensorProto.INT64: "int64", onnx.TensorProto.INT32: "int32",
            onnx.TensorProto.BOOL: "bool", onnx.TensorProto.FLOAT16: "float16",
-           onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
+           onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8",
+           onnx.TensorProto.BFLOAT16: "bfloat16"}
 
 
 # ops whose semantics changed between opsets in a way attributes do not show

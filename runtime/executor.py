@@ -109,6 +109,11 @@ class Coverage:
         return "; ".join(parts)
 
 
+def _kind(dtype) -> str:
+    """NumPy's dtype kind, with ml_dtypes' bfloat16 (kind 'V') counted as a float."""
+    return "f" if str(dtype) == "bfloat16" else np.dtype(dtype).kind
+
+
 def _pointwise(sg: FusedSubgraph) -> bool:
     return all(n.op in OPS and OPS[n.op].kind in (ELEMWISE, BROADCAST) for n in sg.nodes)
 
@@ -312,7 +317,7 @@ class CompiledModel:
             want = g.type_of(k).dtype
             a = np.asarray(v)
             if a.dtype != want:
-                if a.dtype.kind != np.dtype(want).kind and not (a.dtype.kind in "iu" and np.dtype(want).kind in "iu"):
+                if _kind(a.dtype) != _kind(want) and not (_kind(a.dtype) in "iu" and _kind(want) in "iu"):
                     raise ShapeError(f"input '{k}': got dtype {a.dtype}, expected {want}")
                 a = a.astype(want)
             conv[k] = a

@@ -23,7 +23,8 @@ import numpy as np
 
 from codegen import compile_kernel
 from codegen.kernel import BoundKernel
-from ir.errors import ShapeError, TensortuneError
+from ir.custom import has_definition
+from ir.errors import ShapeError, TensortuneError, UnsupportedOpError
 from ir.fusion import FusedSubgraph, topo_order
 from ir.graph import Graph
 from ir.ops import BROADCAST, ELEMWISE, OPS
@@ -31,6 +32,7 @@ from ir.reference import bind_inputs
 from ir.shapes import bind
 from ir.workload import make_workload
 from runtime.choose import REFERENCE, Chooser
+from runtime.fallback import ONNXRUNTIME, OrtRegion, check_fallback, regions, unsupported_nodes
 
 STATIC, VIEW = "static", "view"   # shape computations folded per shape; reshapes run as views
 _VIEW_OPS = ("Reshape", "Unsqueeze", "Squeeze", "Flatten")
@@ -38,15 +40,26 @@ from runtime.memory import MemoryPlan, plan_memory
 
 
 class FallbackError(TensortuneError):
-    """--strict: a subgraph would run on the NumPy reference path (or a stored config is unusable)."""
+    """--strict: a subgraph would run on the NumPy reference path or in onnxruntime (or a
+    stored config is unusable)."""
+
+
+class _RefFailed(Exception):
+    """A node's reference refused its inputs: with a fallback, it joins an onnxruntime region."""
+
+    def __init__(self, node):
+        self.node = node
 
 
 def run_node(g: Graph, node, args: list) -> tuple[list, bool]:
     """(outputs, fell back to onnx.reference?) for one node on the reference path."""
-    if node.op in OPS and "_domain" not in node.attrs:
+    if has_definition(node):
         return OPS[node.op].ref(node, args), False
     from ir.reference import _run_onnx_node
-    return _run_onnx_node(g, node, args), True
+    try:
+        return _run_onnx_node(g, node, args), True
+    except UnsupportedOpError as e:  # onnx.reference's own message may span lines
+        raise UnsupportedOpError(str(e).strip().splitlines()[0]) from None
 
 
 @dataclass
@@ -55,6 +68,7 @@ class Step:
     kind: str                     # tuned | nearest | default | static | view | reference
     index: int = 0                # position in CompiledModel.subgraphs
     kernel: object = None         # BoundKernel, or None on the reference path
+    session: object = None        # OrtRegion of an onnxruntime step
     name: str = ""
     seconds: float = 0.0
     calls: int = 0
@@ -99,14 +113,27 @@ class Coverage:
         return {"subgraphs": self.counts, "nodes": self.nodes,
                 "node_share": {k: v / total_n for k, v in self.nodes.items()},
                 "time_share": {k: v / total_s for k, v in self.seconds.items()},
-                "onnx_reference_ops": self.fallback_ops}
+                "onnx_reference_ops": self.fallback_ops,
+                "fallback_rate": {"nodes": self.share(ONNXRUNTIME), "time": self.time_share(ONNXRUNTIME)}}
 
     def __str__(self) -> str:
         total = sum(self.nodes.values())
         parts = [f"{k}: {self.counts[k]} subgraphs / {self.nodes[k]} nodes ({self.nodes[k] / total:.0%} of nodes, "
                  f"{self.time_share(k):.0%} of time)"
-                 for k in ("tuned", "nearest", "default", "static", "view", "reference") if self.counts.get(k)]
+                 for k in ("tuned", "nearest", "default", "static", "view", "reference", ONNXRUNTIME)
+                 if self.counts.get(k)]
         return "; ".join(parts)
+
+
+def _refuse_undefined(g: Graph) -> None:
+    """Without a fallback, an op of a custom domain that no plugin registered cannot run."""
+    bad = [n for n in g.nodes if not has_definition(n) and n.attrs.get("_domain") not in (None, "", "ai.onnx")]
+    if bad:
+        n = bad[0]
+        more = f" ({len(bad) - 1} more such nodes)" if len(bad) > 1 else ""
+        raise UnsupportedOpError(f"node '{n.name}': op '{n.op}' of domain '{n.attrs['_domain']}' is not supported "
+                                 f"by tensortune{more}; run it in onnxruntime with --fallback onnxruntime, or "
+                                 "register it with a plugin (--plugin MODULE)")
 
 
 def _kind(dtype) -> str:
@@ -123,9 +150,10 @@ class CompiledModel:
     time per model (a lock enforces it), since a program's arena is shared by its calls."""
 
     def __init__(self, graph: Graph, subgraphs: list[FusedSubgraph], chooser: Chooser, strict: bool = False,
-                 plan_memory: bool = True):
+                 plan_memory: bool = True, fallback: str | None = None):
         self.graph, self.chooser, self.strict = graph, chooser, strict
-        self.subgraphs = topo_order(graph, subgraphs)
+        self.fallback = check_fallback(fallback)
+        self._partition = topo_order(graph, subgraphs)
         self.plan_memory = plan_memory
         self._programs: dict[tuple, Program] = {}
         self._sizes_by_shapes: dict[tuple, dict] = {}  # input shapes -> bound dim sizes
@@ -139,13 +167,25 @@ class CompiledModel:
         self._env0 = [None] * len(self._slot)
         for name, arr in graph.constants.items():
             self._env0[self._slot[name]] = arr
+        self._unsupported: set[str] = unsupported_nodes(graph) if self.fallback else set()
+        if not self.fallback:
+            _refuse_undefined(graph)
+        self._index()
+
+    def _index(self) -> None:
+        """Subgraphs (unsupported regions merged, with a fallback), what each hands on, sessions."""
+        graph = self.graph
+        self.subgraphs = regions(graph, self._partition, self._unsupported)
         consumers = graph.consumers()
         self._read_outside = {}  # subgraph index -> values its nodes make that others read
+        self._sessions = {}      # subgraph index -> OrtRegion
         for k, sg in enumerate(self.subgraphs):
             inside = {id(n) for n in sg.nodes}
             made = [o for n in sg.nodes for o in n.outputs if o]
             self._read_outside[k] = [o for o in made if o == sg.output or o in graph.outputs
                                      or any(id(c) not in inside for c in consumers.get(o, []))]
+            if all(n.name in self._unsupported for n in sg.nodes):
+                self._sessions[k] = OrtRegion(graph, sg, self._read_outside[k])
 
     @property
     def input_names(self) -> list[str]:
@@ -204,6 +244,13 @@ class CompiledModel:
         static: dict[str, np.ndarray] = {}
         static_steps: list[Step] = []
         for k, sg in enumerate(self.subgraphs):
+            if k in self._sessions:
+                if self.strict:
+                    raise FallbackError(f"--strict: node(s) {self._sessions[k].label} would run in onnxruntime")
+                sess = self._sessions[k]
+                steps.append(Step(sg, ONNXRUNTIME, k, session=sess, name=str(sg),
+                                  in_slots=[self._slot[i] for i in sess.feeds]))
+                continue
             wl = make_workload(g, sg, sizes)
             choice = self.chooser.choose(wl)
             step = Step(sg, choice.kind, k, name=str(sg), in_slots=[self._slot[i] for i in sg.inputs])
@@ -265,8 +312,8 @@ class CompiledModel:
             return step.out_shape, step.out_dtype
         try:
             t = self.graph.type_of(name)
-            return tuple(int(d) for d in bind(t.shape, sizes)), t.dtype
-        except Exception:  # unknown type, or a size that depends on data
+            return tuple(int(d) for d in bind(t.shape, sizes)), np.dtype(t.dtype).name
+        except Exception:  # unknown type or dtype, or a size that depends on data
             return None
 
     def _plan(self, prog: Program) -> None:
@@ -332,42 +379,62 @@ class CompiledModel:
     def run(self, feeds: dict) -> dict:
         feeds, sizes = self._bind(feeds)
         with self._lock:
-            prog = self.program(sizes)
-            env = list(self._env0)
-            for s_, v in prog.static.items():
-                env[s_] = v
-            slot = self._slot
-            for k, v in feeds.items():
-                env[slot[k]] = v
-            perf = time.perf_counter
-            for step in prog.steps:
-                t0 = perf()
-                if step.kernel is not None:
-                    _, s, view, is_out = step.outs[0]
-                    out = view if view is not None else np.empty(step.out_shape, step.out_dtype)
-                    env[s] = step.kernel([env[i] for i in step.in_slots], out)
-                else:
-                    self._run_reference(prog, step, env)
-                step.seconds += perf() - t0
-                step.calls += 1
-            result = {}
-            for o in self.graph.outputs:
-                v = env[slot[o]]
-                if o in feeds or o in self.graph.constants:
-                    v = np.array(v)
-                result[o] = v
-            return result
+            while True:
+                try:
+                    return self._run(feeds, sizes)
+                except _RefFailed as e:  # only with a fallback: that node moves to onnxruntime
+                    self._unsupported.add(e.node.name)
+                    self._index()
+                    self._programs.clear()
+
+    def _run(self, feeds: dict, sizes: dict) -> dict:
+        prog = self.program(sizes)
+        env = list(self._env0)
+        for s_, v in prog.static.items():
+            env[s_] = v
+        slot = self._slot
+        for k, v in feeds.items():
+            env[slot[k]] = v
+        perf = time.perf_counter
+        for step in prog.steps:
+            t0 = perf()
+            if step.kernel is not None:
+                _, s, view, is_out = step.outs[0]
+                out = view if view is not None else np.empty(step.out_shape, step.out_dtype)
+                env[s] = step.kernel([env[i] for i in step.in_slots], out)
+            elif step.session is not None:
+                self._hand_on(step, step.session([env[i] for i in step.in_slots]), env)
+            else:
+                self._run_reference(prog, step, env)
+            step.seconds += perf() - t0
+            step.calls += 1
+        result = {}
+        for o in self.graph.outputs:
+            v = env[slot[o]]
+            if o in feeds or o in self.graph.constants:
+                v = np.array(v)
+            result[o] = v
+        return result
 
     def _run_reference(self, prog: Program, step: Step, env: list) -> None:
         g, slot, local = self.graph, self._slot, {}
         for n in step.subgraph.nodes:
             args = [(local[i] if i in local else env[slot[i]]) if i else None for i in n.inputs]
-            outs, fell = run_node(g, n, args)
+            try:
+                outs, fell = run_node(g, n, args)
+            except UnsupportedOpError:
+                if self.fallback:
+                    raise _RefFailed(n) from None
+                raise
             if fell and n.op not in prog.fallback_nodes:
                 prog.fallback_nodes.append(n.op)
             for o, v in zip(n.outputs, outs):
                 if o:
                     local[o] = np.asarray(v)
+        self._hand_on(step, local, env)
+
+    def _hand_on(self, step: Step, local: dict, env: list) -> None:
+        """Put a reference or onnxruntime step's results where the plan wants them."""
         for v, s, view, is_out in step.outs:
             a = local[v]
             if view is not None and a.shape == view.shape and a.dtype == view.dtype:

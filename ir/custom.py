@@ -15,7 +15,7 @@ Plugins reach every process that needs them:
 
 - `tune --plugin my_ops` / `tune-run --plugin my_ops` (or `$TENSORTUNE_PLUGINS`,
   comma-separated, read by the CLIs only) and `runtime.load(..., plugins=["my_ops"])`
-  call `load_plugins`;
+  call `load_plugins`; a plugin is a module name or the path of a `.py` file;
 - installed packages may declare an entry point in the group `tensortune.plugins`
   (`[project.entry-points."tensortune.plugins"] my_ops = "my_ops"`); `load_plugins`
   loads every one of them;
@@ -31,6 +31,9 @@ elemwise/broadcast ops, the scalar numba expression the elementwise templates in
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
 from typing import Iterable
 
 from ir.errors import TensortuneError
@@ -98,10 +101,23 @@ def load_plugins(modules: Iterable[str] = (), entry_points: bool = True) -> list
 
 
 def _import(module: str, where: str) -> None:
+    """Import a plugin by module name, or from a `.py` file path (made absolute, so that
+    worker processes started elsewhere find the same file)."""
+    if module.endswith(".py") or os.sep in module:
+        module = os.path.abspath(module)
     if module in _LOADED:
         return
     try:
-        importlib.import_module(module)
+        if module.endswith(".py"):
+            if not os.path.isfile(module):
+                raise FileNotFoundError(f"no file {module}")
+            name = "tensortune_plugin_" + os.path.splitext(os.path.basename(module))[0]
+            spec = importlib.util.spec_from_file_location(name, module)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
+        else:
+            importlib.import_module(module)
     except TensortuneError:
         raise
     except Exception as e:

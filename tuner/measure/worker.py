@@ -57,7 +57,9 @@ class Worker:
     def _ensure(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             env = {**os.environ, **self.env}
-            self.proc = subprocess.Popen([sys.executable, "-m", "tuner.measure.worker"], stdin=subprocess.PIPE,
+            from ir.custom import loaded_plugins  # the child imports the plugins this process loaded
+            self.proc = subprocess.Popen([sys.executable, "-m", "tuner.measure.worker", *loaded_plugins()],
+                                         stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
 
     def call(self, fn, payload, timeout: float):
@@ -98,15 +100,23 @@ class Worker:
             pass
 
 
-def _serve() -> None:
+def _serve(plugins: list[str]) -> None:
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # stray prints of a job must not corrupt the message stream
+    broken = None
+    try:
+        from ir.custom import load_plugins
+        load_plugins(plugins)  # custom ops and templates, before any job names them
+    except Exception as e:  # every job then reports it, the worker stays up
+        broken = f"plugins {plugins} failed to load in the worker: {type(e).__name__}: {e}"
     while True:
         try:
             fn, payload = _recv(inp.fileno())
         except EOFError:
             return
         try:
+            if broken:
+                raise RuntimeError(broken)
             reply = ("ok", fn(payload))
         except BaseException as e:  # report, never die of a job's exception
             reply = ("error", f"{type(e).__name__}: {e}", traceback.format_exc(limit=4))
@@ -114,4 +124,4 @@ def _serve() -> None:
 
 
 if __name__ == "__main__":
-    _serve()
+    _serve(sys.argv[1:])

@@ -25,13 +25,15 @@ from codegen import compile_kernel
 from codegen.kernel import BoundKernel
 from ir.custom import has_definition
 from ir.errors import ShapeError, TensortuneError, UnsupportedOpError
-from ir.fusion import FusedSubgraph, topo_order
+from ir.fusion import FusedSubgraph, partition, topo_order
 from ir.graph import Graph
 from ir.ops import BROADCAST, ELEMWISE, OPS
+from ir.passes import simplify
 from ir.reference import bind_inputs
 from ir.shapes import bind
 from ir.workload import make_workload
 from runtime.choose import REFERENCE, Chooser
+from runtime.control_flow import CONTROL_FLOW, ControlFlow, is_control_flow
 from runtime.fallback import ONNXRUNTIME, OrtRegion, check_fallback, regions, unsupported_nodes
 
 STATIC, VIEW = "static", "view"   # shape computations folded per shape; reshapes run as views
@@ -68,7 +70,7 @@ class Step:
     kind: str                     # tuned | nearest | default | static | view | reference
     index: int = 0                # position in CompiledModel.subgraphs
     kernel: object = None         # BoundKernel, or None on the reference path
-    session: object = None        # OrtRegion of an onnxruntime step
+    session: object = None        # OrtRegion of an onnxruntime step, ControlFlow of an If/Loop/Scan
     name: str = ""
     seconds: float = 0.0
     calls: int = 0
@@ -120,7 +122,7 @@ class Coverage:
         total = sum(self.nodes.values())
         parts = [f"{k}: {self.counts[k]} subgraphs / {self.nodes[k]} nodes ({self.nodes[k] / total:.0%} of nodes, "
                  f"{self.time_share(k):.0%} of time)"
-                 for k in ("tuned", "nearest", "default", "static", "view", "reference", ONNXRUNTIME)
+                 for k in ("tuned", "nearest", "default", "static", "view", "reference", ONNXRUNTIME, CONTROL_FLOW)
                  if self.counts.get(k)]
         return "; ".join(parts)
 
@@ -178,7 +180,7 @@ class CompiledModel:
         self.subgraphs = regions(graph, self._partition, self._unsupported)
         consumers = graph.consumers()
         self._read_outside = {}  # subgraph index -> values its nodes make that others read
-        self._sessions = {}      # subgraph index -> OrtRegion
+        self._sessions = {}      # subgraph index -> OrtRegion, or ControlFlow (bodies run as nested models)
         for k, sg in enumerate(self.subgraphs):
             inside = {id(n) for n in sg.nodes}
             made = [o for n in sg.nodes for o in n.outputs if o]
@@ -186,6 +188,14 @@ class CompiledModel:
                                      or any(id(c) not in inside for c in consumers.get(o, []))]
             if all(n.name in self._unsupported for n in sg.nodes):
                 self._sessions[k] = OrtRegion(graph, sg, self._read_outside[k])
+            elif len(sg.nodes) == 1 and is_control_flow(sg.nodes[0]):
+                self._sessions[k] = ControlFlow(graph, sg.nodes[0], self._nested)
+
+    def _nested(self, body: Graph) -> "CompiledModel":
+        """A control-flow body, simplified, partitioned and compiled like any graph."""
+        g = simplify(body)
+        return CompiledModel(g, partition(g), self.chooser, strict=self.strict, plan_memory=self.plan_memory,
+                             fallback=self.fallback)
 
     @property
     def input_names(self) -> list[str]:
@@ -244,10 +254,14 @@ class CompiledModel:
         static: dict[str, np.ndarray] = {}
         static_steps: list[Step] = []
         for k, sg in enumerate(self.subgraphs):
-            if k in self._sessions:
+            sess = self._sessions.get(k)
+            if isinstance(sess, ControlFlow):
+                steps.append(Step(sg, CONTROL_FLOW, k, session=sess, name=str(sg),
+                                  in_slots=[self._slot[i] if i else -1 for i in sg.nodes[0].inputs]))
+                continue
+            if sess is not None:
                 if self.strict:
-                    raise FallbackError(f"--strict: node(s) {self._sessions[k].label} would run in onnxruntime")
-                sess = self._sessions[k]
+                    raise FallbackError(f"--strict: node(s) {sess.label} would run in onnxruntime")
                 steps.append(Step(sg, ONNXRUNTIME, k, session=sess, name=str(sg),
                                   in_slots=[self._slot[i] for i in sess.feeds]))
                 continue
@@ -310,6 +324,8 @@ class CompiledModel:
         """(shape, dtype) of a value a step hands on, or None where it cannot be known ahead."""
         if step.kernel is not None:
             return step.out_shape, step.out_dtype
+        if step.kind == CONTROL_FLOW:  # a loop's outputs may change shape from call to call
+            return None
         try:
             t = self.graph.type_of(name)
             return tuple(int(d) for d in bind(t.shape, sizes)), np.dtype(t.dtype).name
@@ -403,7 +419,7 @@ class CompiledModel:
                 out = view if view is not None else np.empty(step.out_shape, step.out_dtype)
                 env[s] = step.kernel([env[i] for i in step.in_slots], out)
             elif step.session is not None:
-                self._hand_on(step, step.session([env[i] for i in step.in_slots]), env)
+                self._hand_on(step, step.session([env[i] if i >= 0 else None for i in step.in_slots]), env)
             else:
                 self._run_reference(prog, step, env)
             step.seconds += perf() - t0
@@ -456,5 +472,15 @@ class CompiledModel:
                 counts[s.kind] = counts.get(s.kind, 0) + 1
                 nodes[s.kind] = nodes.get(s.kind, 0) + len(s.subgraph.nodes)
                 secs[s.kind] = secs.get(s.kind, 0.0) + s.seconds
+                if s.kind == CONTROL_FLOW:  # the bodies' nodes count as what they ran on
+                    secs[CONTROL_FLOW] -= s.session.build_seconds
+                    for body in s.session.compiled:
+                        c = body.coverage()
+                        for k in c.counts:
+                            counts[k] = counts.get(k, 0) + c.counts[k]
+                            nodes[k] = nodes.get(k, 0) + c.nodes[k]
+                            secs[k] = secs.get(k, 0.0) + c.seconds[k]
+                            secs[CONTROL_FLOW] -= c.seconds[k]
+                        fb += [op for op in c.fallback_ops if op not in fb]
             fb += [op for op in p.fallback_nodes if op not in fb]
         return Coverage(counts, nodes, secs, fb)

@@ -38,8 +38,9 @@ def check_fallback(name: str | None) -> str | None:
 
 
 def unsupported_nodes(g: Graph) -> set[str]:
-    """Names of the nodes no op definition covers."""
-    return {n.name for n in g.nodes if not has_definition(n)}
+    """Names of the nodes no op definition covers (If/Loop/Scan run their bodies natively)."""
+    from runtime.control_flow import is_control_flow
+    return {n.name for n in g.nodes if not has_definition(n) and not is_control_flow(n)}
 
 
 def _single(g: Graph, n: Node) -> FusedSubgraph:
@@ -95,6 +96,10 @@ def regions(g: Graph, subgraphs: list[FusedSubgraph], unsupported: set[str]) -> 
 
 
 def _attr(name: str, value):
+    if isinstance(value, Graph):  # a control-flow body: the GraphProto it came from
+        return helper.make_attribute(name, value.proto)
+    if isinstance(value, list) and value and all(isinstance(v, Graph) for v in value):
+        return helper.make_attribute(name, [v.proto for v in value])
     if isinstance(value, np.ndarray):
         return helper.make_attribute(name, numpy_helper.from_array(value))
     return helper.make_attribute(name, value)
@@ -131,7 +136,12 @@ class OrtRegion:
             domain = n.attrs.get("_domain", "")
             if domain:
                 domains[domain] = 1
-            proto = helper.make_node(n.op, list(n.inputs), list(n.outputs), name=n.name, domain=domain or None)
+            outer = list(n.attrs.get("_outer", ()))  # values a body reads by name (see ir.graph)
+            own = len(n.inputs) - len(outer)
+            for name, v in zip(outer, n.inputs[own:]):
+                if name != v:
+                    nodes.append(helper.make_node("Identity", [v], [name]))
+            proto = helper.make_node(n.op, list(n.inputs[:own]), list(n.outputs), name=n.name, domain=domain or None)
             proto.attribute.extend(_attr(k, v) for k, v in n.attrs.items() if not k.startswith("_"))
             nodes.append(proto)
         inputs = []

@@ -20,7 +20,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ir.errors import ShapeError, UnsupportedOpError
+from ir.errors import ShapeError, TensortuneError, UnsupportedOpError
 from ir.graph import Graph, Node, TensorType
 from ir.precision import HALF
 
@@ -60,7 +60,11 @@ class ControlFlow:
 
     def __call__(self, args: list) -> dict[str, np.ndarray]:
         own, outer = args[:self.own], {self.outer[k]: args[self.own + k] for k in self.feeds}
-        outs = getattr(self, "_" + self.node.op.lower())(own, outer)
+        try:
+            outs = getattr(self, "_" + self.node.op.lower())(own, outer)
+        except TensortuneError as e:  # one line that says which node's body failed
+            where = f"node '{self.node.name}' ({self.node.op})"
+            raise type(e)(str(e) if str(e).startswith(where) else f"{where}: body: {e}") from None
         return {o: np.asarray(v) for o, v in zip(self.node.outputs, outs) if o}
 
     # -- bodies ---------------------------------------------------------------------------

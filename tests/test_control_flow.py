@@ -173,3 +173,25 @@ def test_torch_export_with_a_loop():
                  "n": np.array(n, np.int64)}
         feeds = {k: v for k, v in feeds.items() if k in cm.input_names}
         _close([cm.run(feeds)["y"]], _ort(m, feeds))
+
+
+def test_unsupported_op_in_a_body_is_one_clear_error_or_runs_with_fallback():
+    body = helper.make_graph(
+        [helper.make_node("FusedMatMul", ["v_in", "W"], ["mm"], domain="com.microsoft", alpha=0.5, name="ms_mm"),
+         helper.make_node("Tanh", ["mm"], ["v_out"]),
+         helper.make_node("Identity", ["c"], ["c_out"])],
+        "body", [_vi("i", I64, []), _vi("c", B, []), _vi("v_in", F, [2, 4])],
+        [_vi("c_out", B, []), _vi("v_out", F, [2, 4])], value_info=[_vi("mm", F, [2, 4])])
+    w = np.random.default_rng(5).standard_normal((4, 4)).astype(np.float32)
+    m = _model([helper.make_node("Loop", ["M", "", "v"], ["vf"], body=body, name="the_loop")],
+               [_vi("v", F, [2, 4]), _vi("M", I64, [])], [_vi("vf", F, [2, 4])], [numpy_helper.from_array(w, "W")])
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    feeds = {"v": np.ones((2, 4), np.float32), "M": np.array(3, np.int64)}
+    from ir.errors import UnsupportedOpError
+    with pytest.raises(UnsupportedOpError) as e:
+        runtime.load(m).run(feeds)
+    msg = str(e.value)
+    assert len(msg.splitlines()) == 1 and "the_loop" in msg and "ms_mm" in msg and "FusedMatMul" in msg
+    cm = runtime.load(m, fallback="onnxruntime")
+    _close([cm.run(feeds)["vf"]], _ort(m, feeds))
+    assert cm.coverage().nodes["onnxruntime"] == 1

@@ -64,4 +64,7 @@ def compute_in_float32(g: Graph) -> Graph:
     g.nodes = nodes
     g.hints = {k: TensorType(t.shape, "float32") if t.dtype in HALF and k not in g.outputs else t
                for k, t in g.hints.items()}  # annotations of values now computed in float32
+    for o, inner in produced_as.items():  # ops without shape functions read them by name
+        if o in g.hints:
+            g.hints[inner] = TensorType(g.hints[o].shape, "float32")
     return g

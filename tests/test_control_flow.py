@@ -195,3 +195,19 @@ def test_unsupported_op_in_a_body_is_one_clear_error_or_runs_with_fallback():
     cm = runtime.load(m, fallback="onnxruntime")
     _close([cm.run(feeds)["vf"]], _ort(m, feeds))
     assert cm.coverage().nodes["onnxruntime"] == 1
+
+
+def test_float16_if_computes_in_float32_and_returns_float16():
+    H = TensorProto.FLOAT16
+    w = np.random.default_rng(6).standard_normal((4, 4)).astype(np.float16)
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["t"])], "then", [], [_vi("t", H, ["N", 4])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [_vi("e", H, ["N", 4])])
+    m = _model([helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)],
+               [_vi("x", H, ["N", 4]), _vi("cond", B, [])], [_vi("y", H, ["N", 4])], [numpy_helper.from_array(w, "W")])
+    cm = runtime.load(m)
+    x = np.random.default_rng(7).standard_normal((3, 4)).astype(np.float16)
+    for c in (True, False):
+        got = cm.run({"x": x, "cond": np.array(c)})["y"]
+        want = _ort(m, {"x": x, "cond": np.array(c)})[0]
+        assert got.dtype == np.float16
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-3, atol=2e-3)

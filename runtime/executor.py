@@ -67,7 +67,7 @@ def run_node(g: Graph, node, args: list) -> tuple[list, bool]:
 @dataclass
 class Step:
     subgraph: FusedSubgraph
-    kind: str                     # tuned | nearest | default | static | view | reference
+    kind: str                     # tuned | nearest | default | static | view | reference | onnxruntime | control_flow
     index: int = 0                # position in CompiledModel.subgraphs
     kernel: object = None         # BoundKernel, or None on the reference path
     session: object = None        # OrtRegion of an onnxruntime step, ControlFlow of an If/Loop/Scan
@@ -467,12 +467,14 @@ class CompiledModel:
     def coverage(self, sizes: dict | None = None) -> Coverage:
         progs = [self.program(sizes)] if sizes is not None else list(self._programs.values())
         counts, nodes, secs, fb = {}, {}, {}, []
+        bodies_seen: set[int] = set()  # a control-flow node's nested models serve every program
         for p in progs:
             for s in p.steps + p.static_steps:
                 counts[s.kind] = counts.get(s.kind, 0) + 1
                 nodes[s.kind] = nodes.get(s.kind, 0) + len(s.subgraph.nodes)
                 secs[s.kind] = secs.get(s.kind, 0.0) + s.seconds
-                if s.kind == CONTROL_FLOW:  # the bodies' nodes count as what they ran on
+                if s.kind == CONTROL_FLOW and id(s.session) not in bodies_seen:  # bodies count as what they ran on
+                    bodies_seen.add(id(s.session))
                     secs[CONTROL_FLOW] -= s.session.build_seconds
                     for body in s.session.compiled:
                         c = body.coverage()

@@ -74,7 +74,8 @@ class ControlFlow:
             raise ShapeError(f"node '{self.node.name}' ({self.node.op}): body '{attr}' takes {len(body.inputs)} "
                              f"inputs, the node gives it {len(formal)}")
         feeds = {**dict(zip(body.inputs, formal)), **outer}
-        key = tuple((k, np.shape(v), str(np.asarray(v).dtype)) for k, v in feeds.items())
+        feeds = {k: np.asarray(v) for k, v in feeds.items()}
+        key = tuple((k, v.shape, v.dtype) for k, v in feeds.items())
         cache = self.models[attr]
         model = cache.get(key)
         if model is None:

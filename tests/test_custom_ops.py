@@ -50,7 +50,10 @@ def test_tune_cli_tunes_a_custom_op_and_runtime_deploys_it(tmp_path, capsys):
     assert len(records) == 4 and all(r.status == "ok" for r in records), [r.error for r in records]
     cm = runtime.load(str(path), db=url, plugins=[PLUGIN])
     x = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32) * 8
-    np.testing.assert_allclose(cm(x), _expected(x), rtol=1e-5, atol=1e-5)
+    from ir.ops import OPS
+    reference = OPS["SoftCap"].ref(cm.graph.nodes[0], [x])[0]   # the plugin's own NumPy reference
+    np.testing.assert_allclose(cm(x), reference, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(reference, _expected(x), rtol=1e-6)
     cov = cm.coverage()
     assert cov.counts == {"tuned": 1}, cov.counts   # the tuned config of the plugin's template ran
 
@@ -90,6 +93,8 @@ def test_entry_point_plugin_loads_without_naming_it(tmp_path):
     code = ("import numpy as np, runtime\n"
             f"m = runtime.load({str(path)!r})\n"
             "x = np.linspace(-20, 20, 32, dtype=np.float32).reshape(4, 8)\n"
+            "from schedules import all_templates\n"
+            "assert {'dense', 'elementwise', 'softcap'} <= {t.name for t in all_templates()}\n"
             "print(float(np.abs(m(x) - 5 * np.tanh(x / 5)).max()), m.coverage().counts)\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"})

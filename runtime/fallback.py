@@ -50,38 +50,20 @@ def _single(g: Graph, n: Node) -> FusedSubgraph:
 
 def regions(g: Graph, subgraphs: list[FusedSubgraph], unsupported: set[str]) -> list[FusedSubgraph]:
     """`subgraphs` with every unsupported node moved into a region (a fused group that held
-    one is split into single nodes first), in dependency order."""
+    one is split into single nodes first), in dependency order.
+
+    A region is a connected component of unsupported nodes when no path leaves it and comes
+    back (it runs as one step); a component with such a path is split greedily instead."""
     if not unsupported:
         return subgraphs
-    owner: dict[str, int] = {}       # node name -> region index
     members: list[list[Node]] = []
-    after: dict[str, set] = {}       # node name -> regions it depends on, transitively
-    producer = g.producers()
-    for n in g.nodes:
-        deps: set[int] = set()
-        for i in n.inputs:
-            p = producer.get(i) if i else None
-            if p is not None:
-                deps |= after[p.name] | ({owner[p.name]} if p.name in owner else set())
-        if n.name in unsupported:
-            target = None
-            for i in n.inputs:
-                p = producer.get(i) if i else None
-                if p is None or p.name not in owner:
-                    continue
-                r = owner[p.name]
-                # joining r is safe unless another input reaches n from r through nodes outside it
-                if all(q is None or owner.get(q.name) == r or r not in after[q.name] | (
-                        {owner[q.name]} if q.name in owner else set())
-                       for q in (producer.get(j) if j else None for j in n.inputs)):
-                    target = r
-                    break
-            if target is None:
-                target = len(members)
-                members.append([])
-            members[target].append(n)
-            owner[n.name] = target
-        after[n.name] = deps
+    split: set[str] = set()
+    for comp in _components(g, unsupported):
+        if _convex(g, {n.name for n in comp}):
+            members.append(comp)
+        else:
+            split |= {n.name for n in comp}
+    members += _greedy(g, split)
     kept: list[FusedSubgraph] = []
     for sg in subgraphs:
         if any(n.name in unsupported for n in sg.nodes):
@@ -93,6 +75,74 @@ def regions(g: Graph, subgraphs: list[FusedSubgraph], unsupported: set[str]) -> 
         made = {o for n in sg.nodes for o in n.outputs if o}
         sg.inputs = list(dict.fromkeys(i for n in sg.nodes for i in n.inputs if i and i not in made))
     return topo_order(g, kept)
+
+
+def _components(g: Graph, names: set[str]) -> list[list[Node]]:
+    """Connected components of the nodes `names` (edges: one's output feeds the other)."""
+    parent = {n: n for n in names}
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+    producer = g.producers()
+    for n in g.nodes:
+        if n.name in names:
+            for i in n.inputs:
+                p = producer.get(i) if i else None
+                if p is not None and p.name in names:
+                    parent[find(p.name)] = find(n.name)
+    comps: dict[str, list[Node]] = {}
+    for n in g.nodes:
+        if n.name in names:
+            comps.setdefault(find(n.name), []).append(n)
+    return list(comps.values())
+
+
+def _convex(g: Graph, names: set[str]) -> bool:
+    """No path from the component through nodes outside it back into it."""
+    consumers = g.consumers()
+    frontier = [c for n in g.nodes if n.name in names for o in n.outputs if o
+                for c in consumers.get(o, []) if c.name not in names]
+    seen: set[str] = set()
+    while frontier:
+        c = frontier.pop()
+        if c.name in seen:
+            continue
+        seen.add(c.name)
+        for o in c.outputs:
+            for d in consumers.get(o, []) if o else []:
+                if d.name in names:
+                    return False
+                frontier.append(d)
+    return True
+
+
+def _greedy(g: Graph, names: set[str]) -> list[list[Node]]:
+    """Regions of `names`, in graph order: a node joins the region of one of its producers
+    unless another of its inputs depends on that region through nodes outside it."""
+    owner: dict[str, int] = {}       # node name -> region index
+    members: list[list[Node]] = []
+    after: dict[str, set] = {}       # node name -> regions it depends on, transitively
+    producer = g.producers()
+
+    def reach(q: Node) -> set:
+        return after[q.name] | ({owner[q.name]} if q.name in owner else set())
+    for n in g.nodes:
+        ins = [producer.get(i) if i else None for i in n.inputs]
+        deps: set[int] = set().union(*(reach(q) for q in ins if q is not None))
+        if n.name in names:
+            target = next((owner[p.name] for p in ins if p is not None and p.name in owner
+                           and all(q is None or owner.get(q.name) == owner[p.name] or owner[p.name] not in reach(q)
+                                   for q in ins)), None)
+            if target is None:
+                target = len(members)
+                members.append([])
+            members[target].append(n)
+            owner[n.name] = target
+        after[n.name] = deps
+    return members
 
 
 def _attr(name: str, value):

@@ -50,6 +50,17 @@ def diamond_model():
     return _model(nodes, [("y", ["N", "N"])], [("a", ["N", 8]), ("c", ["N", "N"])], inits)
 
 
+def branches_model():
+    """Two unsupported branches from x that an unsupported node joins: one region of three."""
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), k) for k in ("w1", "w2")]
+    nodes = [helper.make_node("FusedMatMul", ["x", "w1"], ["a"], domain=MS, name="A"),
+             helper.make_node("FusedMatMul", ["x", "w2"], ["b"], domain=MS, alpha=2.0, name="B"),
+             helper.make_node("FusedMatMul", ["a", "b"], ["c"], domain=MS, transB=1, name="C"),
+             helper.make_node("Sigmoid", ["c"], ["y"], name="D")]
+    return _model(nodes, [("y", ["N", "N"])], [("a", ["N", 8]), ("b", ["N", 8]), ("c", ["N", "N"])], inits)
+
+
 def _ort(m, feeds):
     return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
 
@@ -75,6 +86,15 @@ def test_regions_never_form_a_cycle():
     x = np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)
     np.testing.assert_allclose(cm(x), _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
     assert cm.coverage({"N": 4}).counts["onnxruntime"] == 2
+
+
+def test_branches_that_join_are_one_region():
+    m = branches_model()
+    cm = runtime.load(m, fallback="onnxruntime")
+    x = np.random.default_rng(5).standard_normal((3, 8)).astype(np.float32)
+    np.testing.assert_allclose(cm(x), _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    cov = cm.coverage({"N": 3})
+    assert cov.counts["onnxruntime"] == 1 and cov.nodes["onnxruntime"] == 3
 
 
 def test_node_whose_reference_fails_moves_to_onnxruntime():

@@ -7,6 +7,7 @@ from ir.errors import DataDependentShapeError, ShapeError, UnsupportedOpError
 from ir.graph import Graph, Node, TensorType
 from ir.ops import OPS, VALUE_FNS, get_op, take_constraints
 from ir.patterns import fuse_gelu
+from ir.ops.quant import fuse_fake_quant
 from ir.precision import compute_in_float32
 from ir.shapes import format_shape, simplify_dim
 
@@ -323,7 +324,8 @@ def decompose_gemm(g: Graph) -> Graph:
     return infer_shapes(g)
 
 
-DEFAULT_PIPELINE = (compute_in_float32, infer_shapes, remove_identities, decompose_gemm, fold_constants, fuse_gelu, infer_shapes,
+DEFAULT_PIPELINE = (compute_in_float32, infer_shapes, remove_identities, decompose_gemm, fold_constants, fuse_gelu,
+                    fuse_fake_quant, infer_shapes,
                     fold_batchnorm, resolve_reshape_targets, fold_constants, cancel_transposes, fold_constants,
                     eliminate_dead_code, infer_shapes)
 

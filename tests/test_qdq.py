@@ -147,3 +147,20 @@ def test_model_quantized_by_onnxruntime_runs_and_matches(tmp_path):
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=0, atol=step * 1.01)
         assert (np.abs(got - want) > step / 2).mean() <= 0.2
+    cov = cm.coverage()  # activation Q -> DQ pairs fused into the kernels: nothing on the reference path
+    assert cov.nodes.get("reference", 0) == 0 and "QuantizeDequantize" in {n.op for n in cm.graph.nodes}, cov
+
+
+def test_fused_quantize_dequantize_is_exact():
+    """QuantizeDequantize (one op, compiled) equals QuantizeLinear then DequantizeLinear bit for bit,
+    on values at rounding boundaries and beyond the clipping range."""
+    s = np.float32(0.05)
+    x = np.concatenate([(np.arange(-300, 300) + 0.5) * s, np.linspace(-20, 20, 401)]).astype(np.float32)
+    x = x[: (x.size // 8) * 8].reshape(-1, 8)
+    m = _qdq_model(x.shape, np.array(s), np.array(3, np.int8), TensorProto.INT8, opset=13)
+    m.graph.output.pop(0)  # only y: the pair fuses (q read by nothing else)
+    cm = runtime.load(m)
+    assert [n.op for n in cm.graph.nodes] == ["QuantizeDequantize"]
+    got = cm(x)
+    np.testing.assert_array_equal(got, _ort(m, {"x": x})[0])
+    assert cm.coverage().nodes.get("reference", 0) == 0

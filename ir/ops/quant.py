@@ -2,8 +2,10 @@
 
 A QDQ model (onnxruntime's quantizer writes Q/DQ pairs around Conv and MatMul) keeps
 its float ops: DequantizeLinear of a constant weight folds to a float32 constant at
-import (`fold_constants`), so the Conv/MatMul runs in compiled float32 kernels; the
-Q/DQ pairs on activations run as NumPy references (one vectorized pass each).
+import (`fold_constants`), so the Conv/MatMul runs in compiled float32 kernels; a
+per-tensor Q -> DQ pair on an activation becomes one elementwise `QuantizeDequantize`
+(`fuse_fake_quant`) that fuses into the kernel before it. Other Q/DQ nodes run as
+NumPy references (one vectorized pass each).
 
 Integer types are the ones NumPy (with ml_dtypes for 4-bit) holds: int8, uint8,
 int16, uint16, int32 (DequantizeLinear of a bias), int4, uint4. float8 types are
@@ -14,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from ir.errors import ShapeError, UnsupportedOpError
-from ir.graph import TensorType
-from ir.ops.registry import OPAQUE, register
+from ir.graph import Graph, Node, TensorType
+from ir.ops.registry import ELEMWISE, OPAQUE, f32, register, same_as_input
 
 try:  # registers the bfloat16 / int4 / uint4 dtypes with NumPy (an onnx dependency)
     import ml_dtypes  # noqa: F401
@@ -109,3 +111,59 @@ def _dequantize_infer(node, types, consts):
 
 register("QuantizeLinear", OPAQUE, _quantize_infer, _quantize_ref, flops_per_elem=3)
 register("DequantizeLinear", OPAQUE, _dequantize_infer, _dequantize_ref, flops_per_elem=2)
+
+
+# -- Q -> DQ pairs on activations: one elementwise op that kernels compile and fuse ---------
+def _fake_quant_ref(node, xs):
+    s, z = np.float32(node.attrs["scale"]), np.float32(node.attrs["zero_point"])
+    q = np.clip(np.rint(xs[0].astype(np.float32) / s) + z, node.attrs["lo"], node.attrs["hi"])
+    return [((q - z) * s).astype(np.float32)]
+
+
+def _fake_quant_expr(node, a):
+    s, z = f32(node.attrs["scale"]), f32(node.attrs["zero_point"])
+    lo, hi = f32(node.attrs["lo"]), f32(node.attrs["hi"])
+    return f"((min(max(np.rint({a[0]} / {s}) + {z}, {lo}), {hi}) - {z}) * {s})"
+
+
+register("QuantizeDequantize", ELEMWISE, same_as_input(0), _fake_quant_ref, _fake_quant_expr, 5)
+
+
+def _per_tensor(g: Graph, n: Node):
+    """(scale, zero point, dtype) of a per-tensor Q/DQ with constant float32 parameters, or None."""
+    if n.attrs.get("block_size", 0) or len(n.inputs) < 2 or n.inputs[1] not in g.constants:
+        return None
+    s = g.constants[n.inputs[1]]
+    zp = g.constants.get(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
+    if s.size != 1 or s.dtype != np.float32 or (len(n.inputs) > 2 and n.inputs[2] and zp is None) \
+            or (zp is not None and zp.size != 1):
+        return None
+    return float(s.reshape(-1)[0]), 0 if zp is None else int(zp.reshape(-1)[0]), \
+        "uint8" if zp is None else str(zp.dtype)
+
+
+def fuse_fake_quant(g: Graph) -> Graph:
+    """QuantizeLinear -> DequantizeLinear with the same per-tensor constants (what onnxruntime's
+    quantizer writes around every activation) -> one `QuantizeDequantize`: elementwise, so it
+    compiles and fuses as a Conv/MatMul epilogue. Results are identical (the same float32
+    rounding and clipping)."""
+    producers, consumers = g.producers(), g.consumers()
+    drop, replace = set(), {}
+    for dq in g.nodes:
+        if dq.op != "DequantizeLinear":
+            continue
+        q = producers.get(dq.inputs[0])
+        if q is None or q.op != "QuantizeLinear" or dq.inputs[0] in g.outputs or len(consumers[dq.inputs[0]]) != 1:
+            continue
+        a, b = _per_tensor(g, q), _per_tensor(g, dq)
+        if a is None or a != b or q.attrs.get("output_dtype", 0) or a[2] not in _RANGES:
+            continue
+        lo, hi = _RANGES[a[2]]
+        drop.add(q.name)
+        replace[dq.name] = Node("QuantizeDequantize", (q.inputs[0],), dq.outputs,
+                                {"scale": a[0], "zero_point": a[1], "lo": lo, "hi": hi}, dq.name)
+    if not replace:
+        return g
+    g = g.copy()
+    g.nodes = [replace.get(n.name, n) for n in g.nodes if n.name not in drop]
+    return g

@@ -36,7 +36,8 @@ class FusedSubgraph:
 
 
 def _kind(n: Node) -> str:
-    return OPS[n.op].kind if n.op in OPS else "opaque"
+    from ir.custom import has_definition  # an op of another domain is not the built-in of that name
+    return OPS[n.op].kind if has_definition(n) else "opaque"
 
 
 def _can_extend(g: Graph, grp: FusedSubgraph | None, value: str, consumers, outputs) -> bool:

@@ -13,6 +13,8 @@ from ir.lowering import lower
 from ir.ops.registry import runtime_dim
 from ir.patterns import fuse_gelu
 from ir.shapes import dims_equal, format_shape, is_runtime_dim
+from ir.ops.quant import fuse_fake_quant
+from ir.precision import compute_in_float32
 
 
 def infer_shapes(g: Graph) -> Graph:
@@ -427,7 +429,8 @@ def decompose_gemm(g: Graph) -> Graph:
     return infer_shapes(g)
 
 
-DEFAULT_PIPELINE = (infer_shapes, lower, remove_identities, decompose_gemm, fold_constants, fuse_gelu, infer_shapes,
+DEFAULT_PIPELINE = (compute_in_float32, infer_shapes, lower, remove_identities, decompose_gemm, fold_constants, fuse_gelu,
+                    fuse_fake_quant, infer_shapes,
                     fold_batchnorm, resolve_reshape_targets, fold_constants, cancel_transposes, fold_constants,
                     eliminate_dead_code, infer_shapes)
 

@@ -11,19 +11,28 @@ from ir import import_onnx, partition, simplify
 from ir.shapes import DimRange
 from runtime.choose import Chooser
 from runtime.executor import MAX_PROGRAMS, CompiledModel, Coverage, FallbackError
+from runtime.fallback import FALLBACKS, check_fallback
 from runtime.memory import MemoryPlan
 from runtime.plan import Plan, PlanEntry, PlanError
 
 
 def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu",
-         strict: bool = False, max_programs: int = MAX_PROGRAMS) -> CompiledModel:
+         strict: bool = False, max_programs: int = MAX_PROGRAMS, fallback: str | None = None,
+         plugins=()) -> CompiledModel:
     """Load an ONNX model (path or ModelProto) with kernels from a database URL/`Database`
     or a plan (path or `Plan`); neither means default configs for every subgraph.
 
     `dims` declares ranges of dynamic dims: {"batch": (1, 64)} or DimRange values.
     `max_programs`: how many per-shape programs (with their arenas) stay built; the least
     recently used beyond that are dropped and rebuilt when their shape returns.
+    `fallback="onnxruntime"` runs what tensortune cannot (ops without a definition, or
+    whose reference fails) in onnxruntime, one session per maximal region (`strict`
+    still refuses it). `plugins` names modules that register custom ops and templates
+    (see `ir.custom`); installed `tensortune.plugins` entry points load too.
     """
+    from ir.custom import load_plugins
+    check_fallback(fallback)
+    load_plugins(plugins)
     ranges = {k: v if isinstance(v, DimRange) else DimRange(k, int(v[0]), int(v[1])) for k, v in (dims or {}).items()}
     tgt = host_target(target)
     if plan is not None and not isinstance(plan, Plan):
@@ -43,7 +52,7 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
         from database import Database
         db = Database(db)
     return CompiledModel(graph, partition(graph), Chooser(plan, db, tgt.key, strict=strict), strict=strict,
-                         max_programs=max_programs)
+                         max_programs=max_programs, fallback=fallback)
 
 
 def default_sizes(dims: dict[str, DimRange], shapes: dict[str, list[int]] | None = None) -> dict[str, int]:
@@ -72,4 +81,4 @@ def build_plan(graph, db, points: list[dict], target_key: str, model_name: str =
 
 
 __all__ = ["load", "build_plan", "default_sizes", "CompiledModel", "Coverage", "MemoryPlan", "Plan", "PlanEntry",
-           "PlanError", "FallbackError"]
+           "PlanError", "FallbackError", "FALLBACKS"]

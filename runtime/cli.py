@@ -23,7 +23,12 @@ def _parser():
     p.add_argument("--shape", action="append", metavar="NAME=V", help="dynamic dim sizes to run at (default 32)")
     p.add_argument("--check", action="store_true", help="compare outputs with onnxruntime")
     p.add_argument("--bench", type=int, default=0, metavar="N", help="time N runs; print p50/p95/p99")
-    p.add_argument("--strict", action="store_true", help="fail if any subgraph would run on the reference path")
+    p.add_argument("--strict", action="store_true",
+                   help="fail if any subgraph would run on the reference path or in onnxruntime")
+    p.add_argument("--fallback", default=None, metavar="onnxruntime",
+                   help="run ops tensortune cannot in onnxruntime (one session per unsupported region)")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first: it registers custom ops/templates (also $TENSORTUNE_PLUGINS, comma-separated)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     return p
@@ -57,6 +62,12 @@ def id_bound(graph, name: str) -> int:
             if table.ndim:
                 bounds.append(int(table.shape[axis % table.ndim]))
     return max(1, min(bounds)) if bounds else 2
+
+
+def cli_plugins(flags: list[str]) -> list[str]:
+    """--plugin modules, then those of $TENSORTUNE_PLUGINS (only the CLIs read it)."""
+    from ir.custom import plugins_from_env
+    return list(flags or []) + plugins_from_env(os.environ.get("TENSORTUNE_PLUGINS"))
 
 
 def main(argv=None) -> int:
@@ -96,7 +107,8 @@ def _report(args):
     from ir.shapes import parse_dim_ranges, parse_shape_points
     dims = parse_dim_ranges(args.dim)
     t0 = time.perf_counter()
-    model = runtime.load(args.model, db=_default_db(args), plan=args.plan, dims=dims, strict=args.strict)
+    model = runtime.load(args.model, db=_default_db(args), plan=args.plan, dims=dims, strict=args.strict,
+                          fallback=args.fallback, plugins=cli_plugins(args.plugin))
     load_s = time.perf_counter() - t0
     sizes = runtime.default_sizes(model.graph.dims, parse_shape_points(args.shape))
     feeds = random_feeds(model.graph, sizes, args.seed)
@@ -129,6 +141,9 @@ def _print_text(args, report, cov, mem) -> None:
     print(f"memory: {mem}")
     if cov.fallback_ops:
         print(f"ops on onnx.reference: {', '.join(cov.fallback_ops)}")
+    if cov.counts.get("onnxruntime"):
+        print(f"fallback to onnxruntime: {cov.share('onnxruntime'):.0%} of nodes, "
+              f"{cov.time_share('onnxruntime'):.0%} of time")
     if "check" in report:
         c = report["check"]
         print(f"check vs onnxruntime: max abs error {c['max_abs_error']:.3g}, max rel error "

@@ -24,14 +24,18 @@ import numpy as np
 
 from codegen import compile_kernel
 from codegen.kernel import BoundKernel
+from ir.custom import has_definition
 from ir.errors import ShapeError, TensortuneError, UnsupportedOpError
-from ir.fusion import FusedSubgraph, topo_order
+from ir.fusion import FusedSubgraph, partition, topo_order
 from ir.graph import Graph
 from ir.ops import BROADCAST, ELEMWISE, OPS
+from ir.passes import simplify
 from ir.reference import bind_inputs
 from ir.shapes import UnboundDimsError, bind
 from ir.workload import make_workload
 from runtime.choose import REFERENCE, Choice, Chooser
+from runtime.control_flow import CONTROL_FLOW, ControlFlow, is_control_flow
+from runtime.fallback import ONNXRUNTIME, OrtRegion, check_fallback, regions, unsupported_nodes
 
 MAX_PROGRAMS = 16        # per-shape programs (each with its arena) a model keeps, least recently used dropped
 MAX_BOUND_SHAPES = 256   # input shapes whose bound dim sizes are remembered (small dicts)
@@ -41,26 +45,38 @@ from runtime.memory import MemoryPlan, plan_memory
 
 
 class FallbackError(TensortuneError):
-    """--strict: a subgraph would run on the NumPy reference path (or a stored config is unusable)."""
+    """--strict: a subgraph would run on the NumPy reference path or in onnxruntime (or a
+    stored config is unusable)."""
+
+
+class _RefFailed(Exception):
+    """A node's reference refused its inputs: with a fallback, it joins an onnxruntime region."""
+
+    def __init__(self, node):
+        self.node = node
 
 
 def run_node(g: Graph, node, args: list) -> tuple[list, bool]:
     """(outputs, fell back to onnx.reference?) for one node on the reference path."""
-    if node.op in OPS and "_domain" not in node.attrs:
+    if has_definition(node):
         try:
             return OPS[node.op].ref(node, args), False
         except UnsupportedOpError:  # a case our reference does not cover (a dtype, a mode)
             pass
     from ir.reference import _run_onnx_node
-    return _run_onnx_node(g, node, args), True
+    try:
+        return _run_onnx_node(g, node, args), True
+    except UnsupportedOpError as e:  # onnx.reference's own message may span lines
+        raise UnsupportedOpError(str(e).strip().splitlines()[0]) from None
 
 
 @dataclass
 class Step:
     subgraph: FusedSubgraph
-    kind: str                     # tuned | nearest | default | static | view | reference
+    kind: str                     # tuned | nearest | default | static | view | reference | onnxruntime | control_flow
     index: int = 0                # position in CompiledModel.subgraphs
     kernel: object = None         # BoundKernel, or None on the reference path
+    session: object = None        # OrtRegion of an onnxruntime step, ControlFlow of an If/Loop/Scan
     name: str = ""
     seconds: float = 0.0
     calls: int = 0
@@ -105,13 +121,15 @@ class Coverage:
         return {"subgraphs": self.counts, "nodes": self.nodes,
                 "node_share": {k: v / total_n for k, v in self.nodes.items()},
                 "time_share": {k: v / total_s for k, v in self.seconds.items()},
-                "onnx_reference_ops": self.fallback_ops}
+                "onnx_reference_ops": self.fallback_ops,
+                "fallback_rate": {"nodes": self.share(ONNXRUNTIME), "time": self.time_share(ONNXRUNTIME)}}
 
     def __str__(self) -> str:
         total = sum(self.nodes.values())
         parts = [f"{k}: {self.counts[k]} subgraphs / {self.nodes[k]} nodes ({self.nodes[k] / total:.0%} of nodes, "
                  f"{self.time_share(k):.0%} of time)"
-                 for k in ("tuned", "nearest", "default", "static", "view", "reference") if self.counts.get(k)]
+                 for k in ("tuned", "nearest", "default", "static", "view", "reference", ONNXRUNTIME, CONTROL_FLOW)
+                 if self.counts.get(k)]
         return "; ".join(parts)
 
 
@@ -120,6 +138,22 @@ def _int_valued(g: Graph, sg: FusedSubgraph) -> bool:
         return g.type_of(sg.output).dtype in ("int64", "int32", "bool")
     except Exception:
         return False
+
+
+def _refuse_undefined(g: Graph) -> None:
+    """Without a fallback, an op of a custom domain that no plugin registered cannot run."""
+    bad = [n for n in g.nodes if not has_definition(n) and n.attrs.get("_domain") not in (None, "", "ai.onnx")]
+    if bad:
+        n = bad[0]
+        more = f" ({len(bad) - 1} more such nodes)" if len(bad) > 1 else ""
+        raise UnsupportedOpError(f"node '{n.name}': op '{n.op}' of domain '{n.attrs['_domain']}' is not supported "
+                                 f"by tensortune{more}; run it in onnxruntime with --fallback onnxruntime, or "
+                                 "register it with a plugin (--plugin MODULE)")
+
+
+def _kind(dtype) -> str:
+    """NumPy's dtype kind, with ml_dtypes' bfloat16 (kind 'V') counted as a float."""
+    return "f" if str(dtype) == "bfloat16" else np.dtype(dtype).kind
 
 
 def _pointwise(sg: FusedSubgraph) -> bool:
@@ -131,9 +165,10 @@ class CompiledModel:
     time per model (a lock enforces it), since a program's arena is shared by its calls."""
 
     def __init__(self, graph: Graph, subgraphs: list[FusedSubgraph], chooser: Chooser, strict: bool = False,
-                 plan_memory: bool = True, max_programs: int = MAX_PROGRAMS):
+                 plan_memory: bool = True, max_programs: int = MAX_PROGRAMS, fallback: str | None = None):
         self.graph, self.chooser, self.strict = graph, chooser, strict
-        self.subgraphs = topo_order(graph, subgraphs)
+        self.fallback = check_fallback(fallback)
+        self._partition = topo_order(graph, subgraphs)
         self.plan_memory = plan_memory
         if not (isinstance(max_programs, int) and not isinstance(max_programs, bool) and max_programs >= 1):
             raise TensortuneError(f"max_programs must be an integer >= 1, got {max_programs!r}")
@@ -151,13 +186,33 @@ class CompiledModel:
         self._env0 = [None] * len(self._slot)
         for name, arr in graph.constants.items():
             self._env0[self._slot[name]] = arr
+        self._unsupported: set[str] = unsupported_nodes(graph) if self.fallback else set()
+        if not self.fallback:
+            _refuse_undefined(graph)
+        self._index()
+
+    def _index(self) -> None:
+        """Subgraphs (unsupported regions merged, with a fallback), what each hands on, sessions."""
+        graph = self.graph
+        self.subgraphs = regions(graph, self._partition, self._unsupported)
         consumers = graph.consumers()
         self._read_outside = {}  # subgraph index -> values its nodes make that others read
+        self._sessions = {}      # subgraph index -> OrtRegion, or ControlFlow (bodies run as nested models)
         for k, sg in enumerate(self.subgraphs):
             inside = {id(n) for n in sg.nodes}
             made = [o for n in sg.nodes for o in n.outputs if o]
             self._read_outside[k] = [o for o in made if o == sg.output or o in graph.outputs
                                      or any(id(c) not in inside for c in consumers.get(o, []))]
+            if all(n.name in self._unsupported for n in sg.nodes):
+                self._sessions[k] = OrtRegion(graph, sg, self._read_outside[k])
+            elif len(sg.nodes) == 1 and is_control_flow(sg.nodes[0]):
+                self._sessions[k] = ControlFlow(graph, sg.nodes[0], self._nested)
+
+    def _nested(self, body: Graph) -> "CompiledModel":
+        """A control-flow body, simplified, partitioned and compiled like any graph."""
+        g = simplify(body)
+        return CompiledModel(g, partition(g), self.chooser, strict=self.strict, plan_memory=self.plan_memory,
+                             fallback=self.fallback)
 
     @property
     def input_names(self) -> list[str]:
@@ -223,6 +278,17 @@ class CompiledModel:
         static: dict[str, np.ndarray] = {}
         static_steps: list[Step] = []
         for k, sg in enumerate(self.subgraphs):
+            sess = self._sessions.get(k)
+            if isinstance(sess, ControlFlow):
+                steps.append(Step(sg, CONTROL_FLOW, k, session=sess, name=str(sg),
+                                  in_slots=[self._slot[i] if i else -1 for i in sg.nodes[0].inputs]))
+                continue
+            if sess is not None:
+                if self.strict:
+                    raise FallbackError(f"--strict: node(s) {sess.label} would run in onnxruntime")
+                steps.append(Step(sg, ONNXRUNTIME, k, session=sess, name=str(sg),
+                                  in_slots=[self._slot[i] for i in sess.feeds]))
+                continue
             # shape arithmetic (int/bool values) folds once per shape, even where a kernel covers it
             if _int_valued(g, sg) and self._fold_static(sg, sizes, static):
                 static_steps.append(Step(sg, STATIC, k, name=str(sg), in_slots=[self._slot[i] for i in sg.inputs]))
@@ -295,10 +361,12 @@ class CompiledModel:
         """(shape, dtype) of a value a step hands on, or None where it cannot be known ahead."""
         if step.kernel is not None:
             return step.out_shape, step.out_dtype
+        if step.kind == CONTROL_FLOW:  # a loop's outputs may change shape from call to call
+            return None
         try:
             t = self.graph.type_of(name)
-            return tuple(int(d) for d in bind(t.shape, sizes)), t.dtype
-        except Exception:  # unknown type, or a size that depends on data
+            return tuple(int(d) for d in bind(t.shape, sizes)), np.dtype(t.dtype).name
+        except Exception:  # unknown type or dtype, or a size that depends on data
             return None
 
     def _plan(self, prog: Program) -> None:
@@ -349,7 +417,7 @@ class CompiledModel:
             want = g.type_of(k).dtype
             a = np.asarray(v)
             if a.dtype != want:
-                if a.dtype.kind != np.dtype(want).kind and not (a.dtype.kind in "iu" and np.dtype(want).kind in "iu"):
+                if _kind(a.dtype) != _kind(want) and not (_kind(a.dtype) in "iu" and _kind(want) in "iu"):
                     raise ShapeError(f"input '{k}': got dtype {a.dtype}, expected {want}")
                 a = a.astype(want)
             conv[k] = a
@@ -369,42 +437,62 @@ class CompiledModel:
     def run(self, feeds: dict) -> dict:
         feeds, sizes = self._bind(feeds)
         with self._lock:
-            prog = self.program(sizes)
-            env = list(self._env0)
-            for s_, v in prog.static.items():
-                env[s_] = v
-            slot = self._slot
-            for k, v in feeds.items():
-                env[slot[k]] = v
-            perf = time.perf_counter
-            for step in prog.steps:
-                t0 = perf()
-                if step.kernel is not None:
-                    _, s, view, is_out = step.outs[0]
-                    out = view if view is not None else np.empty(step.out_shape, step.out_dtype)
-                    env[s] = step.kernel([env[i] for i in step.in_slots], out)
-                else:
-                    self._run_reference(prog, step, env)
-                step.seconds += perf() - t0
-                step.calls += 1
-            result = {}
-            for o in self.graph.outputs:
-                v = env[slot[o]]
-                if o in feeds or o in self.graph.constants:
-                    v = np.array(v)
-                result[o] = v
-            return result
+            while True:
+                try:
+                    return self._run(feeds, sizes)
+                except _RefFailed as e:  # only with a fallback: that node moves to onnxruntime
+                    self._unsupported.add(e.node.name)
+                    self._index()
+                    self._programs.clear()
+
+    def _run(self, feeds: dict, sizes: dict) -> dict:
+        prog = self.program(sizes)
+        env = list(self._env0)
+        for s_, v in prog.static.items():
+            env[s_] = v
+        slot = self._slot
+        for k, v in feeds.items():
+            env[slot[k]] = v
+        perf = time.perf_counter
+        for step in prog.steps:
+            t0 = perf()
+            if step.kernel is not None:
+                _, s, view, is_out = step.outs[0]
+                out = view if view is not None else np.empty(step.out_shape, step.out_dtype)
+                env[s] = step.kernel([env[i] for i in step.in_slots], out)
+            elif step.session is not None:
+                self._hand_on(step, step.session([env[i] if i >= 0 else None for i in step.in_slots]), env)
+            else:
+                self._run_reference(prog, step, env)
+            step.seconds += perf() - t0
+            step.calls += 1
+        result = {}
+        for o in self.graph.outputs:
+            v = env[slot[o]]
+            if o in feeds or o in self.graph.constants:
+                v = np.array(v)
+            result[o] = v
+        return result
 
     def _run_reference(self, prog: Program, step: Step, env: list) -> None:
         g, slot, local = self.graph, self._slot, {}
         for n in step.subgraph.nodes:
             args = [(local[i] if i in local else env[slot[i]]) if i else None for i in n.inputs]
-            outs, fell = run_node(g, n, args)
+            try:
+                outs, fell = run_node(g, n, args)
+            except UnsupportedOpError:
+                if self.fallback:
+                    raise _RefFailed(n) from None
+                raise
             if fell and n.op not in prog.fallback_nodes:
                 prog.fallback_nodes.append(n.op)
             for o, v in zip(n.outputs, outs):
                 if o:
                     local[o] = np.asarray(v)
+        self._hand_on(step, local, env)
+
+    def _hand_on(self, step: Step, local: dict, env: list) -> None:
+        """Put a reference or onnxruntime step's results where the plan wants them."""
         for v, s, view, is_out in step.outs:
             a = local[v]
             if view is not None and a.shape == view.shape and a.dtype == view.dtype:
@@ -421,10 +509,22 @@ class CompiledModel:
     def coverage(self, sizes: dict | None = None) -> Coverage:
         progs = [self.program(sizes)] if sizes is not None else list(self._programs.values())
         counts, nodes, secs, fb = {}, {}, {}, []
+        bodies_seen: set[int] = set()  # a control-flow node's nested models serve every program
         for p in progs:
             for s in p.steps + p.static_steps:
                 counts[s.kind] = counts.get(s.kind, 0) + 1
                 nodes[s.kind] = nodes.get(s.kind, 0) + len(s.subgraph.nodes)
                 secs[s.kind] = secs.get(s.kind, 0.0) + s.seconds
+                if s.kind == CONTROL_FLOW and id(s.session) not in bodies_seen:  # bodies count as what they ran on
+                    bodies_seen.add(id(s.session))
+                    secs[CONTROL_FLOW] -= s.session.build_seconds
+                    for body in s.session.compiled:
+                        c = body.coverage()
+                        for k in c.counts:
+                            counts[k] = counts.get(k, 0) + c.counts[k]
+                            nodes[k] = nodes.get(k, 0) + c.nodes[k]
+                            secs[k] = secs.get(k, 0.0) + c.seconds[k]
+                            secs[CONTROL_FLOW] -= c.seconds[k]
+                        fb += [op for op in c.fallback_ops if op not in fb]
             fb += [op for op in p.fallback_nodes if op not in fb]
         return Coverage(counts, nodes, secs, fb)

@@ -6,9 +6,12 @@ from schedules.space import ConfigError
 from schedules.template import Template
 
 _TEMPLATES: dict[str, Template] = {}
+_builtins_loaded = False
 
 
 def register_template(t: Template) -> Template:
+    """Add a template (a plugin's: after the built-in ones, which are loaded first)."""
+    _load()
     _TEMPLATES[t.name] = t
     return t
 
@@ -35,5 +38,7 @@ def all_templates() -> list[Template]:
 
 
 def _load() -> None:
-    if not _TEMPLATES:
+    global _builtins_loaded
+    if not _builtins_loaded:  # not "if empty": a plugin may register before the built-ins load
+        _builtins_loaded = True
         import schedules.templates  # noqa: F401  (registers every template module)

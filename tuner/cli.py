@@ -45,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--run-timeout", type=float, default=30.0)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--show-graph", action="store_true", help="print the partition and exit")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE (name or .py path) first: it registers custom ops/templates; the tuner's "
+                        "workers import it too (also $TENSORTUNE_PLUGINS, comma-separated)")
+    p.add_argument("--fallback", default=None, metavar="onnxruntime",
+                   help="ops tensortune cannot run go to onnxruntime when the whole model is timed")
     return p
 
 
@@ -93,7 +98,12 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
+    from ir.custom import load_plugins
     from ir.shapes import parse_dim_ranges, parse_shape_points
+    from runtime.cli import cli_plugins
+    from runtime.fallback import check_fallback
+    load_plugins(cli_plugins(args.plugin))
+    check_fallback(args.fallback)
     dims = parse_dim_ranges(args.dim)
     shapes = parse_shape_points(args.shape)
     if args.show_graph:
@@ -133,7 +143,7 @@ def _run(args) -> int:
                        build_timeout=args.build_timeout, run_timeout=args.run_timeout, number=args.number,
                        repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, flush_cache=args.flush_cache,
                        scheduler=args.scheduler, time_budget=args.time_budget, cost_model=args.cost_model,
-                       transfer=not args.no_transfer)
+                       transfer=not args.no_transfer, fallback=args.fallback)
     graph, points, reports, uncovered = tune_model(args.model, db, opts, dims, shapes)
     print(summary_table(reports))
     if getattr(reports, "stopped", "") and reports.stopped != "trials":
@@ -144,7 +154,8 @@ def _run(args) -> int:
     est = estimated_latency(reports)
     if args.measure_runs > 0 and reports and not nothing_usable:
         try:
-            measured = measure_model_latency(args.model, db, dims, points[0], runs=args.measure_runs)
+            measured = measure_model_latency(args.model, db, dims, points[0], runs=args.measure_runs,
+                                             fallback=args.fallback)
         except Exception as e:  # tuning results are stored; a failing model run must not hide that
             print(f"end-to-end latency not measured: {type(e).__name__}: {redact(e)}", file=sys.stderr)
             measured = None

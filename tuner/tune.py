@@ -52,6 +52,7 @@ class TuneOptions:
     transfer: bool = True                # warm-start the cost model from other shapes of the template
     max_prior: int = 4000                # transfer-learning rows at most
     claim_ttl: float | None = None       # seconds a claimed config stays reserved (None: a batch's worst case)
+    fallback: str | None = None          # "onnxruntime": unsupported ops do not stop tuning the rest
 
 
 @dataclass
@@ -497,12 +498,13 @@ def summary_table(reports: list[TaskReport]) -> str:
     return "\n".join(lines)
 
 
-def measure_model_latency(model, db, dims=None, sizes: dict | None = None, runs: int = 10, seed: int = 0) -> float:
+def measure_model_latency(model, db, dims=None, sizes: dict | None = None, runs: int = 10, seed: int = 0,
+                          fallback: str | None = None) -> float:
     """Median seconds of one run of the whole model with its tuned kernels (runtime.load
     on random inputs at `sizes`), after a warm-up run that compiles and packs."""
     import runtime
     from runtime.cli import random_feeds
-    m = runtime.load(model, db=db, dims=dims)
+    m = runtime.load(model, db=db, dims=dims, fallback=fallback)
     feeds = random_feeds(m.graph, dict(sizes or {}), seed)
     m.run(feeds)
     ts = []
@@ -538,7 +540,8 @@ def tune_model(model, db: Database, opts: TuneOptions, dims: dict[str, DimRange]
     if opts.trials <= 0:
         raise TensortuneError(f"--trials must be a positive number, got {opts.trials}")
     graph = simplify(import_onnx(model, dims))
-    check_runnable(graph)
+    if not opts.fallback:
+        check_runnable(graph)
     points = shape_points(graph.dims, shapes)
     tasks, uncovered = extract_tasks(graph, points)
     reports = tune_tasks(tasks, db, opts, target, builder, runner)

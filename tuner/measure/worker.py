@@ -76,11 +76,12 @@ class Worker:
             return
         self.kill()
         env = {**os.environ, **self.env}
+        from ir.custom import loaded_plugins  # the child imports the plugins this process loaded
         req_r, req_w = os.pipe()      # not inheritable: other workers started meanwhile never hold our ends,
         rep_r, rep_w = os.pipe()      # so a dead child always reads as EOF here
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tuner.measure.worker", str(req_r), str(rep_w), str(os.getpid())],
+                [sys.executable, "-m", "tuner.measure.worker", str(req_r), str(rep_w), str(os.getpid()), *loaded_plugins()],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=(req_r, rep_w), env=env)
         except BaseException:
@@ -166,17 +167,25 @@ def _die_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
-def _serve(req_fd: int, rep_fd: int, parent: int) -> None:
+def _serve(req_fd: int, rep_fd: int, parent: int, plugins: list[str]) -> None:
     os.dup2(2, 1)              # C code writing to fd 1 goes where stderr goes, never into the channel
     sys.stdout = sys.stderr
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent)
+    broken = None
+    try:
+        from ir.custom import load_plugins
+        load_plugins(plugins)  # custom ops and templates, before any job names them
+    except Exception as e:  # every job then reports it, the worker stays up
+        broken = f"plugins {plugins} failed to load in the worker: {type(e).__name__}: {e}"
     while True:
         try:
             fn, payload = _recv(req_fd)
         except EOFError:
             return
         try:
+            if broken:
+                raise RuntimeError(broken)
             reply = ("ok", fn(payload))
         except BaseException as e:  # report, never die of a job's exception
             reply = ("error", f"{type(e).__name__}: {e}", traceback.format_exc(limit=4))
@@ -184,4 +193,4 @@ def _serve(req_fd: int, rep_fd: int, parent: int) -> None:
 
 
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+    _serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:])

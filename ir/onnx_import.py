@@ -285,41 +285,76 @@ def _onnx_inferred(proto, g) -> list:
     return [vi for vi in inferred if vi.name not in known]
 
 
+_INFER_SECONDS = 60            # a 1,000-node model infers in about a second
+_INFER_EXTRA_BYTES = 512 << 20  # onnx's data propagation materializes Range values, ~50 bytes each
+
+
 def _infer_isolated(proto: onnx.ModelProto, name: str) -> list:
-    """onnx.shape_inference's value_info, computed in a forked child: onnx's C++ asserts
-    abort the whole process on some malformed models (a Slice of a Pad with a negative
-    result dim, found by tests/test_fuzz.py); then only the child dies. [] if it fails."""
-    if not hasattr(os, "fork"):
-        try:
-            return list(onnx.shape_inference.infer_shapes(proto, data_prop=True).graph.value_info)
-        except Exception:
-            return []
+    """onnx.shape_inference's value_info, computed in a forked child under a time and
+    memory bound: on some malformed models onnx's C++ aborts the whole process (a Slice
+    of a Pad with a negative result dim) or propagates a Range of 2**40 values (both
+    found by tests/test_fuzz.py). [] when inference fails, as before."""
+    def infer() -> bytes:
+        out = onnx.GraphProto()
+        out.value_info.extend(onnx.shape_inference.infer_shapes(proto, data_prop=True).graph.value_info)
+        return out.SerializeToString()
+
+    try:
+        data = _forked(infer, name) if hasattr(os, "fork") else infer()
+    except ModelError:
+        raise
+    except Exception:
+        return []
+    out = onnx.GraphProto()
+    if data is not None:
+        out.ParseFromString(data)
+    return list(out.value_info)
+
+
+def _forked(fn, name: str) -> bytes | None:
+    """fn() in a child process; None if it raised; a ModelError if it crashed or hung."""
+    import resource
+    import select
+    import signal
+    import time
     r, w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # child: write the inferred value_info, nothing else
+    if pid == 0:  # child: write fn()'s bytes, nothing else
         code = 1
         try:
             os.close(r)
             os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # onnx's assert message is not ours to print
-            out = onnx.GraphProto()
-            out.value_info.extend(onnx.shape_inference.infer_shapes(proto, data_prop=True).graph.value_info)
+            import faulthandler
+            faulthandler.disable()  # nor a crash report of the child (pytest enables it)
+            with open("/proc/self/statm") as f:
+                cap = int(f.read().split()[0]) * resource.getpagesize() + _INFER_EXTRA_BYTES
+            hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+            resource.setrlimit(resource.RLIMIT_AS, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
+            data = fn()
             with os.fdopen(w, "wb") as f:
-                f.write(out.SerializeToString())
+                f.write(data)
             code = 0
         finally:
             os._exit(code)
     os.close(w)
-    with os.fdopen(r, "rb") as f:
-        data = f.read()
+    chunks, deadline = [], time.monotonic() + _INFER_SECONDS
+    with os.fdopen(r, "rb", buffering=0) as f:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([f], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise ModelError(f"model '{name}' is malformed: onnx shape inference did not finish "
+                                 f"within {_INFER_SECONDS} s")
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         raise ModelError(f"model '{name}' is malformed: onnx shape inference crashed on it "
                          f"(signal {os.WTERMSIG(status)})")
-    if os.waitstatus_to_exitcode(status) != 0:
-        return []
-    out = onnx.GraphProto()
-    out.ParseFromString(data)
-    return list(out.value_info)
+    return b"".join(chunks) if os.waitstatus_to_exitcode(status) == 0 else None
 
 
 def _constant_value(n, attrs) -> np.ndarray:

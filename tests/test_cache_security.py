@@ -157,6 +157,7 @@ def test_truncated_file_matching_its_manifest_is_still_recompiled(tmp_path):
     assert build_once(cache)["cached"] is True
 
 
+@pytest.mark.slow
 def test_generated_source_file_edited_is_not_executed(tmp_path):
     """We run the source we render, not the file: an edited k_*.py changes nothing."""
     cache = tmp_path / "cache"

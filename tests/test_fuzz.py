@@ -168,6 +168,18 @@ def mutate_proto(m: onnx.ModelProto, data) -> None:
         m.opset_import[0].version = data.draw(st.sampled_from([1, 7, 11, 13, 17, 18, 21, 99]))
 
 
+@pytest.mark.parametrize("name,values", [("r1", 2 ** 40), ("pads", [0, 1, 0, -(2 ** 31)])])
+def test_models_onnx_itself_cannot_handle(tmp_path, name, values):
+    """Found by the fuzzer: onnx's shape inference propagates a Range of 2**40 values (minutes,
+    gigabytes) and aborts the process on a Slice of a negative Pad dim. Both: one clean error, bounded."""
+    m = shapes_model()
+    t = next(t for t in m.graph.initializer if t.name == name)
+    t.CopyFrom(numpy_helper.from_array(np.array(values, dtype=np.int64), name))
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    assert isinstance(clean(inspect, path), TensortuneError)
+
+
 def mutate_bytes(b: bytes, data) -> bytes:
     b = bytearray(b)
     kind = data.draw(st.sampled_from(["flip", "set", "cut"]), label="byte mutation")

@@ -108,6 +108,7 @@ class Database:
         self._tcache: dict[str, int] = {}
         self._wcache: dict[str, tuple[int, int]] = {}  # key -> (id, template_version)
         self._read = self._write = None
+        self.readonly = False
         try:
             self.readonly = sqlite_readonly(self.url)
             self._read, self._write = make_engine(self.url, readonly=self.readonly)
@@ -243,7 +244,7 @@ class Database:
         recs = list(recs)
         with self._writing() as (s, pt, pw):
             rows = self._insert(s, pt, pw, recs)
-            if owner is not None:
+            if owner is not None and recs:
                 s.connection().execute(_DROP_CLAIM, [{"o": owner, "w": rec.workload_key, "t": rec.target_key,
                                                       "h": rec.config_hash} for rec in recs])
         for rec, row in zip(recs, rows):

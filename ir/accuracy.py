@@ -63,6 +63,8 @@ class Comparison:
     def message(self, what: str = "output") -> str:
         if self.ok:
             return f"{what} matches ({self.tolerance})"
+        if self.worst.startswith("shape"):
+            return f"{what}: {self.worst}"
         return (f"{what}: {self.bad} element(s) outside {self.tolerance}; worst {self.worst}; "
                 f"max abs error {self.max_abs_error:.3g}")
 

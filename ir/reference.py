@@ -17,7 +17,7 @@ from ir.errors import ShapeError, UnsupportedOpError
 from ir.graph import Graph, Node
 from ir.ops import OPS
 from ir.dtypes import ONNX_TYPES as _ONNX_TYPES
-from ir.graph import Graph as _Graph
+from ir.graph import Graph as _Graph, split_outer
 from ir.shapes import DimRange, bind, check_size, format_shape, unify
 
 
@@ -152,9 +152,9 @@ def _attr(name, value):
 def _run_onnx_node(g: Graph, n: Node, args: list) -> list:
     """One node through onnx.reference (ops with no NumPy reference of ours)."""
     from onnx.reference import ReferenceEvaluator
-    outer = list(n.attrs.get("_outer", ()))  # a control-flow body reads these by name
-    own = len(n.inputs) - len(outer)
-    names = [f"in{k}" if i else "" for k, i in enumerate(n.inputs[:own])] + outer
+    own_args, outer = split_outer(n, list(n.inputs))  # a control-flow body reads `outer` by name
+    own = len(own_args)
+    names = [f"in{k}" if i else "" for k, i in enumerate(own_args)] + list(outer)
     outs = [f"out{k}" if o else "" for k, o in enumerate(n.outputs)]
     domain = n.attrs.get("_domain", "")
     node = helper.make_node(n.op, names[:own], outs, domain=domain)

@@ -100,7 +100,8 @@ def run_reference(g: Graph, feeds: dict[str, np.ndarray]) -> ReferenceResult:
     env.update({k: np.asarray(v) for k, v in feeds.items()})
     report = FallbackReport(nodes=len(g.nodes))
     t_start = time.perf_counter()
-    tells = set(g.runtime_dims.values())  # nodes whose outputs bind runtime dims
+    # nodes whose outputs bind runtime dims, or whose types came from annotations: checked
+    tells = set(g.runtime_dims.values()) | {n.name for n in g.nodes if n.op not in OPS}
     for n in g.nodes:
         _guard_outputs(g, n, sizes)
         t0 = time.perf_counter()

@@ -10,8 +10,10 @@ then scan slices; If: none); `outer` lists the enclosing graph's values it reads
 name. Those values are also appended to the node's inputs, after its own ONNX inputs,
 in the order `node.attrs["_outer"]` names them (so passes keep their producers alive
 and order the node after them): to run a body, bind `attrs["_outer"][k]` (the name
-the body uses) to the node's input `len(inputs) - len(_outer) + k`. `body.proto` is
-the body's GraphProto (the onnx.reference fallback runs it as is).
+the body uses) to the node's input `len(inputs) - len(_outer) + k` (`split_outer` does it). `body.proto`
+is the body's GraphProto (the onnx.reference fallback runs it as is); `body_graph`
+makes a body a standalone graph (formal inputs, then outer values, as typed inputs)
+that `ir.simplify`, `ir.partition` and the runtime take like any model.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ir.errors import ShapeError
 from ir.shapes import DimRange, Shape, format_shape
 
 
@@ -121,3 +124,25 @@ class Graph:
         for o in self.outputs:
             lines.append(f"  output {o}: {self.type_of(o)}")
         return "\n".join(lines)
+
+
+def split_outer(node: Node, args: list) -> tuple[list, dict]:
+    """(the node's own ONNX inputs, {name the body reads: value}) of a control-flow node."""
+    outer = list(node.attrs.get("_outer", ()))
+    own = len(args) - len(outer)
+    return list(args[:own]), dict(zip(outer, args[own:]))
+
+
+def body_graph(body: Graph, types: dict) -> Graph:
+    """A control-flow body as a standalone graph: its formal inputs, then the outer values
+    it reads, as graph inputs; `types` (name -> TensorType, e.g. read off the arrays of a
+    first iteration) types those the body leaves untyped or overrides them."""
+    g = body.copy()
+    g.inputs = list(body.inputs) + [o for o in body.outer if o not in body.inputs]
+    for name in g.inputs:
+        if name in types:
+            g.types[name] = types[name]
+        elif name not in g.types:
+            raise ShapeError(f"body '{body.name}': input '{name}' has no type; pass it in `types`")
+    g.outer, g.proto = [], None
+    return g

@@ -89,25 +89,30 @@ def _runtime_types(g: Graph, n: Node, why: str) -> list:
 
 
 def _body_hint(g: Graph, n: Node, k: int) -> TensorType | None:
-    """Rank and dtype of a control-flow output from its body: If takes the then-branch's
-    output; Loop/Scan carried values keep their initial value's rank, and their scan
-    outputs stack the body's per-iteration output (one more axis, first)."""
-    def unknown(t, extra=0):
-        return None if t is None else TensorType((None,) * (t.rank + extra), t.dtype)
+    """An annotation for a control-flow output read off its body: If takes the then-branch's
+    output type; a Loop/Scan carried value the body's annotation of it (else its initial
+    value's rank, sizes unknown: they may change per iteration); a scan output the body's
+    per-iteration type with one more axis first (the iteration count)."""
+    def stacked(t, extra=0):
+        return None if t is None else TensorType((None,) * extra + tuple(t.shape), t.dtype)
     if n.op == "If" and "then_branch" in n.attrs:
         body = n.attrs["then_branch"]
-        return unknown(body.hints.get(body.outputs[k])) if k < len(body.outputs) else None
+        return stacked(body.hints.get(body.outputs[k])) if k < len(body.outputs) else None
     if n.op not in ("Loop", "Scan") or "body" not in n.attrs:
         return None
     body = n.attrs["body"]
     own = len(n.inputs) - len(n.attrs.get("_outer", ()))
     first = 2 if n.op == "Loop" else 0  # Loop's inputs: trip count, condition, carried...
     n_state = own - first - (int(n.attrs.get("num_scan_inputs", 0)) if n.op == "Scan" else 0)
+    out = k + (1 if n.op == "Loop" else 0)  # a Loop body's output 0 is the condition
+    declared = body.hints.get(body.outputs[out]) if out < len(body.outputs) else None
     if k < n_state:
         init = n.inputs[first + k]
-        return unknown(g.type_of(init)) if init and (init in g.types or init in g.constants) else None
-    out = k + (1 if n.op == "Loop" else 0)  # a Loop body's output 0 is the condition
-    return unknown(body.hints.get(body.outputs[out]), extra=1) if out < len(body.outputs) else None
+        if declared is None and init and (init in g.types or init in g.constants):
+            t = g.type_of(init)
+            return TensorType((None,) * t.rank, t.dtype)
+        return stacked(declared)
+    return stacked(declared, extra=1)
 
 
 def _propagate_value(g: Graph, n: Node, consts, in_types) -> None:

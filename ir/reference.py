@@ -17,7 +17,7 @@ from ir.errors import ShapeError, UnsupportedOpError
 from ir.graph import Graph, Node
 from ir.ops import OPS
 from ir.dtypes import ONNX_TYPES as _ONNX_TYPES
-from ir.graph import Graph as _Graph
+from ir.graph import Graph as _Graph, split_outer
 from ir.shapes import DimRange, bind, check_size, format_shape, unify
 
 
@@ -100,7 +100,8 @@ def run_reference(g: Graph, feeds: dict[str, np.ndarray]) -> ReferenceResult:
     env.update({k: np.asarray(v) for k, v in feeds.items()})
     report = FallbackReport(nodes=len(g.nodes))
     t_start = time.perf_counter()
-    tells = set(g.runtime_dims.values())  # nodes whose outputs bind runtime dims
+    # nodes whose outputs bind runtime dims, or whose types came from annotations: checked
+    tells = set(g.runtime_dims.values()) | {n.name for n in g.nodes if n.op not in OPS}
     for n in g.nodes:
         _guard_outputs(g, n, sizes)
         t0 = time.perf_counter()
@@ -152,9 +153,9 @@ def _attr(name, value):
 def _run_onnx_node(g: Graph, n: Node, args: list) -> list:
     """One node through onnx.reference (ops with no NumPy reference of ours)."""
     from onnx.reference import ReferenceEvaluator
-    outer = list(n.attrs.get("_outer", ()))  # a control-flow body reads these by name
-    own = len(n.inputs) - len(outer)
-    names = [f"in{k}" if i else "" for k, i in enumerate(n.inputs[:own])] + outer
+    own_args, outer = split_outer(n, list(n.inputs))  # a control-flow body reads `outer` by name
+    own = len(own_args)
+    names = [f"in{k}" if i else "" for k, i in enumerate(own_args)] + list(outer)
     outs = [f"out{k}" if o else "" for k, o in enumerate(n.outputs)]
     domain = n.attrs.get("_domain", "")
     node = helper.make_node(n.op, names[:own], outs, domain=domain)

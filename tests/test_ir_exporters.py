@@ -429,6 +429,26 @@ def test_control_flow_imports_partitions_and_inspects(make):
     assert make().graph.node[-1].op_type in inspect_text(m) or "Relu" in inspect_text(m)
 
 
+def test_a_body_is_a_graph_the_passes_and_runtime_take():
+    """The API the executor runs bodies with: body_graph(...) -> simplify -> run, per iteration."""
+    from ir.graph import TensorType, body_graph, split_outer
+    g = simplify(import_onnx(loop_model()))
+    (loop,) = [n for n in g.nodes if n.op == "Loop"]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    own, outer = split_outer(loop, [np.array(2), np.array(True), x, x, g.constants["bias_r"]])
+    assert len(own) == 3 and set(outer) == {"x", "bias_r"}
+    types = {"acc": TensorType((2, 3)), "x": TensorType((2, 3)), "bias_r": TensorType((3,))}
+    body = simplify(body_graph(loop.attrs["body"], types))
+    feeds = {"i": np.array(1, np.int64), "cond": np.array(True), "acc": x, **outer}
+    out = run_reference(body, feeds)
+    np.testing.assert_allclose(out["acc2"], x + x * 1 + 1)
+    np.testing.assert_allclose(out["scan"], (x * 1 + 1).sum(0))
+    import runtime
+    from runtime.choose import Chooser
+    compiled = runtime.CompiledModel(body, partition(body), Chooser(None, None, "cpu"))
+    np.testing.assert_allclose(compiled.run(feeds)["acc2"], x + x + 1)
+
+
 def test_control_flow_runs_like_onnxruntime():
     rng = np.random.default_rng(10)
     _matches_onnxruntime(loop_model(), [{"x": rng.standard_normal((2, 3)).astype(np.float32), "n": np.array(3)},

@@ -7,8 +7,10 @@ maps outside the input (the output there is `extrapolation_value`). The NumPy
 reference applies the tables one axis at a time; the elementwise template reads
 the same tables as an index map (`schedules/templates/elementwise.py`), so the
 rule that turns attributes into coordinates is written once, here. It follows
-the ONNX specification (and `onnx.reference`'s Resize): ties, edge clamping,
-`exclude_outside`, the identity shortcut on axes of scale 1.
+the ONNX text and, where they differ from `onnx.reference`, onnxruntime: float32
+source coordinates, the integer resized length in align_corners/pytorch_half_pixel/
+tf_crop_and_resize, an axis of scale 1 left alone (even under tf_crop_and_resize);
+edge clamping, `exclude_outside`, antialias filters normalized to sum 1.
 
 Inputs are told apart by type, not position, so the op reads the same whether
 optional inputs are left empty ("") or dropped (a workload's view): integer

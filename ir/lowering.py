@@ -1,7 +1,10 @@
 """Lowerings: rewrite an op into ops the templates compile.
 
 CastLike(x, like) is Cast(x, to=dtype of like) once types are known; as a Cast it
-fuses into elementwise kernels instead of running on the reference path.
+fuses into elementwise kernels instead of running on the reference path. Split (one
+node, several outputs: kernels write one) becomes one Slice per output. ReduceMean
+over the two spatial axes of an NCHW tensor (how dynamo exports AdaptiveAvgPool2d(1))
+is GlobalAveragePool, which the pool template compiles.
 """
 from __future__ import annotations
 
@@ -51,6 +54,67 @@ def lower_clip_gaps(g: Graph) -> Graph:
     return g
 
 
+def _split_sizes(g: Graph, n: Node, dim) -> list[int] | None:
+    """Static sizes of a Split's outputs along its axis, or None where they are not known."""
+    sizes = [g.types[o].shape[int(n.attrs.get("axis", 0)) % g.types[o].rank] if o in g.types else None
+             for o in n.outputs]
+    if not isinstance(dim, int) or any(not isinstance(s, int) for s in sizes) or sum(sizes) != dim:
+        return None
+    return sizes
+
+
+def lower_split(g: Graph) -> Graph:
+    """Split(x) -> Slice(x, start_k, end_k, axis) per output, where the sizes are static
+    (constant operands, so every Slice fuses into the elementwise kernels around it)."""
+    if not any(n.op == "Split" for n in g.nodes):
+        return g
+    g = g.copy()
+    nodes = []
+    for n in g.nodes:
+        x = g.types.get(n.inputs[0]) if n.op == "Split" else None
+        if x is None:
+            nodes.append(n)
+            continue
+        axis = int(n.attrs.get("axis", 0)) % x.rank
+        sizes = _split_sizes(g, n, x.shape[axis])
+        if sizes is None:
+            nodes.append(n)
+            continue
+        start = 0
+        for k, (out, size) in enumerate(zip(n.outputs, sizes)):
+            if out:
+                names = [f"{n.name}__slice{k}_{what}" for what in ("starts", "ends", "axes")]
+                for name, v in zip(names, (start, start + size, axis)):
+                    g.constants[name] = np.asarray([v], np.int64)
+                nodes.append(Node("Slice", (n.inputs[0], *names), (out,), {}, f"{n.name}__slice{k}"))
+            start += size
+    g.nodes = nodes
+    return g
+
+
+def lower_spatial_mean(g: Graph) -> Graph:
+    """ReduceMean(x[N, C, H, W], axes={2, 3}, keepdims=1) -> GlobalAveragePool(x)."""
+    def rewrite(n: Node) -> Node:
+        if n.op != "ReduceMean" or not int(n.attrs.get("keepdims", 1)):
+            return n
+        x = g.types.get(n.inputs[0])
+        if x is None or x.rank != 4 or not x.dtype.startswith("float"):
+            return n
+        if len(n.inputs) > 1 and n.inputs[1]:
+            axes = g.constants.get(n.inputs[1])
+            axes = None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+        else:
+            axes = n.attrs.get("axes")
+        if axes is None or sorted(int(a) % 4 for a in axes) != [2, 3]:
+            return n
+        return Node("GlobalAveragePool", (n.inputs[0],), n.outputs, {}, n.name)
+    if not any(n.op == "ReduceMean" for n in g.nodes):
+        return g
+    g = g.copy()
+    g.nodes = [rewrite(n) for n in g.nodes]
+    return g
+
+
 def lower(g: Graph) -> Graph:
     """Every lowering above, in order."""
-    return lower_clip_gaps(lower_castlike(g))
+    return lower_spatial_mean(lower_split(lower_clip_gaps(lower_castlike(g))))

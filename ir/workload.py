@@ -153,6 +153,8 @@ def make_workload(g: Graph, sg: FusedSubgraph, sizes: dict[str, int]) -> Workloa
         spec = {"shape": list(shape), "sym": [_sym(d) for d in t.shape],
                 "dtype": t.dtype, "const": name in g.constants}
         value = g.constants.get(name)
+        if value is None and name in g.values:
+            value = _bound_value(g.values[name], sizes, t.dtype)
         if value is not None and value.dtype.kind in "iub" and value.size <= SMALL_CONST:
             spec["value"] = value.tolist()  # shape/axes/index operands are part of the computation
         inputs.append(spec)
@@ -160,6 +162,18 @@ def make_workload(g: Graph, sg: FusedSubgraph, sizes: dict[str, int]) -> Workloa
     shape = bind(out.shape, sizes)
     check_size(shape, out.dtype, f"node '{sg.nodes[-1].name}': output '{sg.output}'", out.shape)
     return Workload(tuple(ops), tuple(inputs), shape, out.dtype)
+
+
+def _bound_value(value, sizes: dict[str, int], dtype: str):
+    """A shape computation's symbolic value (`Graph.values`: a Shape -> Gather -> Concat
+    chain) at concrete sizes, or None: a Reshape target computed from the input's shape
+    is then known to the template, as a constant target is."""
+    try:
+        flat = np.asarray(value, dtype=object).reshape(-1)
+        ints = bind(tuple(flat.tolist()), sizes)
+        return np.asarray(ints, dtype=dtype).reshape(np.shape(value))
+    except Exception:  # a value that depends on data, or dims these sizes do not bind
+        return None
 
 
 def _reader(sg: FusedSubgraph, name: str) -> str:

@@ -296,7 +296,8 @@ def _s2d(node, xs):
     x = xs[0]
     n, c, h, w = x.shape
     b = _blocksize(node)
-    y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    perm = (0, 1, 3, 5, 2, 4) if node.attrs.get("mode", "DCR") == "CRD" else (0, 3, 5, 1, 2, 4)
+    y = x.reshape(n, c, h // b, b, w // b, b).transpose(perm)
     return [y.reshape(n, c * b * b, h // b, w // b)]
 
 

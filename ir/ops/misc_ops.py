@@ -48,7 +48,7 @@ def _bitcast_infer(node, types, consts):
     return [TensorType(types[0].shape, to)]
 
 
-register("BitCast", INJECTIVE, _bitcast_infer, lambda n, xs: [np.ascontiguousarray(xs[0]).view(_out_dtype(n, "to"))])
+register("BitCast", INJECTIVE, _bitcast_infer, lambda n, xs: [np.array(xs[0]).view(_out_dtype(n, "to"))])  # a copy keeps 0-d
 
 
 # -- CenterCropPad: crop or zero-pad each named axis to a size, centered ------------------------

@@ -52,11 +52,16 @@ def _unpool_infer(node, types, consts):
 
 
 def _unpool(node, xs):
+    """Indices address the unpadded pooling input; an `output_shape` larger than that pads at the end."""
     x, idx = xs[0], xs[1]
-    shape = tuple(int(v) for v in xs[2]) if len(xs) > 2 and xs[2] is not None else _unpool_shape(node, x.shape)
-    y = np.zeros(int(np.prod(shape)), x.dtype)
+    natural = _unpool_shape(node, x.shape)
+    y = np.zeros(int(np.prod(natural)), x.dtype)
     y[idx.reshape(-1)] = x.reshape(-1)
-    return [y.reshape(shape)]
+    if len(xs) < 3 or xs[2] is None:
+        return [y.reshape(natural)]
+    out = np.zeros(tuple(int(v) for v in xs[2]), x.dtype)
+    out[tuple(slice(0, d) for d in natural)] = y.reshape(natural)
+    return [out]
 
 
 register("MaxUnpool", OPAQUE, _unpool_infer, _unpool)

@@ -140,9 +140,13 @@ def _int_valued(g: Graph, sg: FusedSubgraph) -> bool:
         return False
 
 
+# ONNX's own non-default domains: onnx.reference implements their ops (run per node)
+_ONNX_DOMAINS = (None, "", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training")
+
+
 def _refuse_undefined(g: Graph) -> None:
     """Without a fallback, an op of a custom domain that no plugin registered cannot run."""
-    bad = [n for n in g.nodes if not has_definition(n) and n.attrs.get("_domain") not in (None, "", "ai.onnx")]
+    bad = [n for n in g.nodes if not has_definition(n) and n.attrs.get("_domain") not in _ONNX_DOMAINS]
     if bad:
         n = bad[0]
         more = f" ({len(bad) - 1} more such nodes)" if len(bad) > 1 else ""

@@ -45,7 +45,7 @@ def parse_url(url: str):
 
 def sqlite_readonly(url: str) -> bool:
     """An SQLite URL this process cannot write: `mode=ro`, or an existing file without write access."""
-    u = make_url(url)
+    u = parse_url(url)
     if u.get_backend_name() != "sqlite":
         return False
     if u.query.get("mode") == "ro":

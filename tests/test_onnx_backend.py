@@ -78,8 +78,6 @@ KNOWN_GAPS: dict[str, list[str]] = {
         'test_reduce_log_sum_negative_axes_expanded',
     ],
     'element type the importer reads as another (int16, uint16-64, bfloat16, float8, int4, string)': [
-        'test_ai_onnx_ml_label_encoder_string_int', 'test_ai_onnx_ml_label_encoder_string_int_no_default',
-        'test_ai_onnx_ml_label_encoder_tensor_mapping', 'test_ai_onnx_ml_label_encoder_tensor_value_only_mapping',
         'test_castlike_FLOAT16_to_FLOAT8E4M3FN', 'test_castlike_FLOAT16_to_FLOAT8E4M3FNUZ',
         'test_castlike_FLOAT16_to_FLOAT8E5M2', 'test_castlike_FLOAT16_to_FLOAT8E5M2FNUZ',
         'test_castlike_FLOAT_to_FLOAT8E4M3FN', 'test_castlike_FLOAT_to_FLOAT8E4M3FNUZ',

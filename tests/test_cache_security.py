@@ -78,7 +78,8 @@ def test_fresh_cache_directories_are_private(tmp_path):
         assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
 
 
-@pytest.mark.parametrize("where", ["root", "kernels", "__pycache__"])
+@pytest.mark.parametrize("where", [pytest.param("root", marks=pytest.mark.slow), "kernels",
+                                   pytest.param("__pycache__", marks=pytest.mark.slow)])
 def test_shared_cache_with_planted_pickle_is_refused(tmp_path, where):
     cache = tmp_path / "cache"
     build_once(cache)
@@ -127,7 +128,7 @@ def test_private_cache_with_foreign_pickle_never_unpickles_it(tmp_path):
     assert build_once(cache)["cached"] is True  # the fresh entry is trusted again
 
 
-@pytest.mark.parametrize("suffix", [".nbi", ".nbc"])
+@pytest.mark.parametrize("suffix", [pytest.param(".nbi", marks=pytest.mark.slow), ".nbc"])
 def test_truncated_cache_file_is_discarded_and_recompiled(tmp_path, suffix):
     cache = tmp_path / "cache"
     assert build_once(cache)["cached"] is False

@@ -206,7 +206,8 @@ def test_sigkill_mid_batch_keeps_every_stored_result(tmp_path):
     db.close()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGINT, marks=pytest.mark.slow),
+                                 pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
                          ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_or_sigterm_mid_batch_stores_exactly_the_finished_results(tmp_path, sig):
     with _tuner_stopped_mid_batch(tmp_path) as (proc, db_path, log):
@@ -503,6 +504,7 @@ def _without_write_access(cmd: list[str]) -> list[str]:
     return [capsh, "--drop=cap_dac_override,cap_dac_read_search,cap_fowner", "--", "-c", shlex.join(cmd)]
 
 
+@pytest.mark.slow   # the CLIs in subprocesses (~40 s); the in-process read-only test above stays in the default run
 def test_a_read_only_file_can_be_read_by_every_cli_and_tune_refuses_it_at_once(tmp_path):
     path, db = _stored_db(tmp_path)
     wl = db.records()[0].workload_key

@@ -367,7 +367,7 @@ def test_bad_urls_give_one_line_errors(tmp_path):
     junk.write_bytes(b"this is not a database, just some text" * 100)
     with pytest.raises(DatabaseError, match=r"junk\.db.*not a database"):
         Database(f"sqlite:///{junk}")
-    with pytest.raises(DatabaseError, match="cannot open database"):
+    with pytest.raises(DatabaseError, match="database URL 'not a url at all' is malformed"):
         Database("not a url at all")
 
 

@@ -14,20 +14,23 @@ from onnx import helper
 from ir.graph import Graph, Node
 
 
-def lower_castlike(g: Graph) -> Graph:
-    if not any(n.op == "CastLike" for n in g.nodes):
+def _rewrite_nodes(g: Graph, op: str, rewrite) -> Graph:
+    """`g` with every `op` node replaced by `rewrite(node)` (which may return it unchanged)."""
+    if not any(n.op == op for n in g.nodes):
         return g
     g = g.copy()
-    nodes = []
-    for n in g.nodes:
-        t = g.types.get(n.inputs[1]) if n.op == "CastLike" else None
-        if t is None or t.dtype not in _TO:
-            nodes.append(n)
-            continue
-        attrs = {k: v for k, v in n.attrs.items() if k == "saturate"}
-        nodes.append(Node("Cast", (n.inputs[0],), n.outputs, {**attrs, "to": _TO[t.dtype]}, n.name))
-    g.nodes = nodes
+    g.nodes = [rewrite(n) if n.op == op else n for n in g.nodes]
     return g
+
+
+def lower_castlike(g: Graph) -> Graph:
+    def rewrite(n: Node) -> Node:
+        t = g.types.get(n.inputs[1])
+        if t is None or t.dtype not in _TO:
+            return n
+        attrs = {k: v for k, v in n.attrs.items() if k == "saturate"}
+        return Node("Cast", (n.inputs[0],), n.outputs, {**attrs, "to": _TO[t.dtype]}, n.name)
+    return _rewrite_nodes(g, "CastLike", rewrite)
 
 
 _TO = {name: helper.np_dtype_to_tensor_dtype(np.dtype(name))
@@ -39,7 +42,7 @@ def lower_clip_gaps(g: Graph) -> Graph:
     """Clip(x, '', max) is Min(x, max) and Clip(x, min) is Max(x, min) (torch's clamp with one
     bound exports so): kernels see the bound at its position, which an omitted input shifts."""
     def rewrite(n: Node) -> Node:
-        if n.op != "Clip" or "min" in n.attrs or "max" in n.attrs:
+        if "min" in n.attrs or "max" in n.attrs:
             return n
         ins = list(n.inputs) + [""] * (3 - len(n.inputs))
         if not ins[1] and ins[2]:
@@ -47,11 +50,7 @@ def lower_clip_gaps(g: Graph) -> Graph:
         if ins[1] and not ins[2]:
             return Node("Max", (ins[0], ins[1]), n.outputs, {}, n.name)
         return n
-    if not any(n.op == "Clip" for n in g.nodes):
-        return g
-    g = g.copy()
-    g.nodes = [rewrite(n) for n in g.nodes]
-    return g
+    return _rewrite_nodes(g, "Clip", rewrite)
 
 
 def _split_sizes(g: Graph, n: Node, dim) -> list[int] | None:
@@ -95,7 +94,7 @@ def lower_split(g: Graph) -> Graph:
 def lower_spatial_mean(g: Graph) -> Graph:
     """ReduceMean(x[N, C, H, W], axes={2, 3}, keepdims=1) -> GlobalAveragePool(x)."""
     def rewrite(n: Node) -> Node:
-        if n.op != "ReduceMean" or not int(n.attrs.get("keepdims", 1)):
+        if not int(n.attrs.get("keepdims", 1)):
             return n
         x = g.types.get(n.inputs[0])
         if x is None or x.rank != 4 or not x.dtype.startswith("float"):
@@ -108,11 +107,7 @@ def lower_spatial_mean(g: Graph) -> Graph:
         if axes is None or sorted(int(a) % 4 for a in axes) != [2, 3]:
             return n
         return Node("GlobalAveragePool", (n.inputs[0],), n.outputs, {}, n.name)
-    if not any(n.op == "ReduceMean" for n in g.nodes):
-        return g
-    g = g.copy()
-    g.nodes = [rewrite(n) for n in g.nodes]
-    return g
+    return _rewrite_nodes(g, "ReduceMean", rewrite)
 
 
 def lower(g: Graph) -> Graph:

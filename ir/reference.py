@@ -140,7 +140,8 @@ def _guard_outputs(g: Graph, n: Node, sizes: dict) -> None:
         check_size(shape, t.dtype, f"node '{n.name}' ({n.op}): output '{o}'", t.shape)
 
 
-def _attr(name, value):
+def onnx_attribute(name, value):
+    """An IR attribute as an ONNX AttributeProto (bodies as their GraphProto, arrays as tensors)."""
     if isinstance(value, _Graph):
         return helper.make_attribute(name, value.proto)
     if isinstance(value, list) and value and all(isinstance(v, _Graph) for v in value):
@@ -159,7 +160,7 @@ def _run_onnx_node(g: Graph, n: Node, args: list) -> list:
     outs = [f"out{k}" if o else "" for k, o in enumerate(n.outputs)]
     domain = n.attrs.get("_domain", "")
     node = helper.make_node(n.op, names[:own], outs, domain=domain)
-    node.attribute.extend(_attr(k, v) for k, v in n.attrs.items() if not k.startswith("_"))
+    node.attribute.extend(onnx_attribute(k, v) for k, v in n.attrs.items() if not k.startswith("_"))
     inputs = [helper.make_tensor_value_info(nm, _ONNX_TYPES.get(str(a.dtype), onnx.TensorProto.FLOAT), list(a.shape))
               for nm, a in zip(names, args) if nm]
     outputs = [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs if o]

@@ -22,6 +22,7 @@ from ir.errors import TensortuneError
 from ir.fusion import FusedSubgraph, topo_order
 from ir.graph import Graph, Node
 from ir.ops import OPS
+from ir.reference import onnx_attribute
 
 ONNXRUNTIME = "onnxruntime"
 FALLBACKS = (ONNXRUNTIME,)
@@ -145,16 +146,6 @@ def _greedy(g: Graph, names: set[str]) -> list[list[Node]]:
     return members
 
 
-def _attr(name: str, value):
-    if isinstance(value, Graph):  # a control-flow body: the GraphProto it came from
-        return helper.make_attribute(name, value.proto)
-    if isinstance(value, list) and value and all(isinstance(v, Graph) for v in value):
-        return helper.make_attribute(name, [v.proto for v in value])
-    if isinstance(value, np.ndarray):
-        return helper.make_attribute(name, numpy_helper.from_array(value))
-    return helper.make_attribute(name, value)
-
-
 def _elem_type(dtype: str) -> int:
     return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
 
@@ -192,7 +183,7 @@ class OrtRegion:
                 if name != v:
                     nodes.append(helper.make_node("Identity", [v], [name]))
             proto = helper.make_node(n.op, list(n.inputs[:own]), list(n.outputs), name=n.name, domain=domain or None)
-            proto.attribute.extend(_attr(k, v) for k, v in n.attrs.items() if not k.startswith("_"))
+            proto.attribute.extend(onnx_attribute(k, v) for k, v in n.attrs.items() if not k.startswith("_"))
             nodes.append(proto)
         inputs = []
         for i in self.feeds:

@@ -1,7 +1,8 @@
-"""Loop nest → Python source → numba kernel, with an on-disk kernel cache."""
-from codegen.build import CacheError, CompileError, CompiledModule, build, cache_dir, source_for
-from codegen.kernel import Kernel, compile_kernel
+"""Loop nest -> source -> compiled kernel, through a backend chosen by name (`codegen.backend`)."""
+from codegen.backend import Artifact, Backend, BackendError, backend_names, get_backend, register_backend
+from codegen.build import CacheError, CompileError, cache_dir
+from codegen.kernel import BoundKernel, Kernel, compile_kernel, prepare
 from codegen.target import Target, host_target
 
-__all__ = ["build", "CacheError", "CompileError", "CompiledModule", "cache_dir", "source_for", "Kernel",
-           "compile_kernel", "Target", "host_target"]
+__all__ = ["Artifact", "Backend", "BackendError", "backend_names", "get_backend", "register_backend", "CacheError",
+           "CompileError", "cache_dir", "BoundKernel", "Kernel", "compile_kernel", "prepare", "Target", "host_target"]

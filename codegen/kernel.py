@@ -1,46 +1,170 @@
-"""`Kernel`: a compiled (workload, config) with its source; `bind` packs constants once."""
+"""`Kernel`: a compiled (workload, config) as data; `BoundKernel` runs it on a backend.
+
+A `Kernel` holds the lowered template (loop module + launch description) and the
+backend's artifact; it pickles, so a builder in one process (or on one machine)
+hands it to a runner elsewhere, which loads the artifact instead of compiling and
+never looks the template up again.
+
+`prepare` runs the launch's constant-packing steps once (`Prepared`: packed
+buffers and views of constant inputs), shared by the programs of every shape;
+`BoundKernel` then interprets the launch steps on each call. Workspaces come from
+the caller (the executor's memory plan) or are allocated once per bound kernel.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from codegen.build import CompiledModule, build
-from codegen.target import Target
+from codegen.backend import Artifact, Backend, get_backend
 from ir.workload import Workload
+from schedules.launch import Call, In, Library, Out, Packed, Repeat, Scalar, Table, Var, Work
 from schedules.space import Config
-from schedules.template import Lowered, Template
+from schedules.template import LegacyLowered, Lowered, Template
 
 
-@dataclass
+@dataclass(frozen=True)
 class Kernel:
     workload: Workload
     template: str
     config: Config
     lowered: Lowered
-    compiled: CompiledModule
+    artifact: Artifact
 
     @property
     def source(self) -> str:
-        return self.compiled.source
+        return self.artifact.source
 
-    def bind(self, arrays: list) -> "BoundKernel":
+    def bind(self, arrays: list, backend: Backend | str | None = None) -> "BoundKernel":
         """Prepare with the constant inputs (others may be None): weight packing happens here, once."""
-        return BoundKernel(self, self.lowered.prepare(self.compiled.functions, arrays))
+        return BoundKernel(self, prepare(self, arrays, backend), backend)
+
+
+def compile_kernel(template: Template, wl: Workload, cfg: Config, backend: Backend | str | None = None) -> Kernel:
+    backend = get_backend(backend)
+    lowered = template.lower(wl, cfg)
+    return Kernel(wl, template.name, cfg, lowered, backend.compile(lowered.module))
+
+
+@dataclass
+class Prepared:
+    """What `prepare` made from the constants: packed buffers, and views of constant
+    inputs (made on first use, keyed by their `In`, so every shape's launch shares them)."""
+    packed: dict = field(default_factory=dict)
+    views: dict = field(default_factory=dict)
+    legacy: object = None
+
+
+def _functions(kernel: Kernel, backend: Backend) -> dict:
+    cache = backend.__dict__.setdefault("_loaded", {})
+    fns = cache.get(kernel.artifact.key)
+    if fns is None:
+        fns = cache[kernel.artifact.key] = backend.load(kernel.artifact)
+    return fns
+
+
+def prepare(kernel: Kernel, arrays: list, backend: Backend | str | None = None) -> Prepared:
+    backend = get_backend(backend)
+    fns = _functions(kernel, backend)
+    low = kernel.lowered
+    if isinstance(low, LegacyLowered):
+        return Prepared(legacy=low.prepare(fns, arrays))
+    launch = low.launch
+    p = Prepared({b.name: backend.empty(b.shape, b.dtype) for b in launch.packed})
+    consts = [a if spec["const"] else None for a, spec in zip(arrays, kernel.workload.inputs)]
+    env = _Env(kernel, backend, p, consts, None, {}, {})
+    _run(backend, fns, launch.prepare, env)
+    return p
+
+
+class _Env:
+    """Resolves launch arguments to arrays for one call."""
+    __slots__ = ("kernel", "backend", "prepared", "arrays", "out", "work", "vars")
+
+    def __init__(self, kernel, backend, prepared, arrays, out, work, vars_):
+        self.kernel, self.backend, self.prepared = kernel, backend, prepared
+        self.arrays, self.out, self.work, self.vars = arrays, out, work, vars_
+
+    def view(self, a: In):
+        spec = self.kernel.workload.inputs[a.index]
+        if spec["const"]:
+            v = self.prepared.views.get(a)
+            if v is None:
+                v = self.prepared.views[a] = self._input(a, spec)
+            return v
+        return self._input(a, spec)
+
+    def _input(self, a: In, spec):
+        x = self.arrays[a.index]
+        if x is None:
+            raise ValueError(f"launch reads input {a.index}, which was not given")
+        if a.broadcast is not None:
+            x = np.broadcast_to(x, a.broadcast)
+        x = self.backend.asarray(x, a.dtype or spec["dtype"])
+        if not x.flags.writeable:   # numba signatures take no read-only arrays
+            x = x.copy()
+        return x.reshape(a.shape) if a.shape is not None else x
+
+    def resolve(self, a):
+        if isinstance(a, In):
+            return self.view(a)
+        if isinstance(a, Out):
+            return self.out.reshape(a.shape) if a.shape is not None else self.out
+        if isinstance(a, Work):
+            return self.work[a.name]
+        if isinstance(a, Packed):
+            return self.prepared.packed[a.name]
+        if isinstance(a, Table):
+            return self.kernel.lowered.launch.tables[a.name]
+        if isinstance(a, Scalar):
+            return a.value
+        if isinstance(a, Var):
+            return self.vars[a.name]
+        raise TypeError(f"unknown launch argument {a!r}")
+
+
+def _run(backend: Backend, fns: dict, steps, env: _Env) -> None:
+    for s in steps:
+        if isinstance(s, Call):
+            backend.call(fns[s.function], [env.resolve(a) for a in s.args], s.items, s.parallel, s.grid, s.block)
+        elif isinstance(s, Library):
+            backend.library(s.routine)(*[env.resolve(a) for a in s.args])
+        elif isinstance(s, Repeat):
+            for v in range(s.count):
+                env.vars[s.var] = v
+                _run(backend, fns, s.body, env)
+        else:
+            raise TypeError(f"unknown launch step {s!r}")
 
 
 class BoundKernel:
-    def __init__(self, kernel: Kernel, state):
-        self.kernel, self.state = kernel, state
+    """A kernel with its constants prepared, callable as `bk(arrays, out)`."""
 
-    def __call__(self, arrays: list, out: np.ndarray | None = None) -> np.ndarray:
+    def __init__(self, kernel: Kernel, state: Prepared, backend: Backend | str | None = None):
+        self.kernel, self.state = kernel, state
+        self.backend = get_backend(backend)
+        self.functions = _functions(kernel, self.backend)
+        self._own_work: dict | None = None
+
+    @property
+    def workspaces(self) -> tuple:
+        low = self.kernel.lowered
+        return () if isinstance(low, LegacyLowered) else low.launch.workspaces
+
+    def __call__(self, arrays: list, out: np.ndarray | None = None, work: dict | None = None) -> np.ndarray:
+        """Run on `arrays` into `out` (allocated when None). `work`: name -> array of each
+        workspace (from a memory plan); when None, this kernel's own, allocated once."""
         if out is None:
             wl = self.kernel.workload
-            out = np.empty(wl.output_shape, dtype=wl.output_dtype)
-        self.kernel.lowered.launch(self.kernel.compiled.functions, self.state, arrays, out)
+            out = self.backend.empty(wl.output_shape, wl.output_dtype)
+        low = self.kernel.lowered
+        if isinstance(low, LegacyLowered):
+            low.launch(self.functions, self.state.legacy, arrays, out)
+            return out
+        if work is None:
+            if self._own_work is None:
+                self._own_work = {b.name: self.backend.empty(b.shape, b.dtype) for b in low.launch.workspaces}
+            work = self._own_work
+        _run(self.backend, self.functions, low.launch.steps, _Env(self.kernel, self.backend, self.state, arrays, out,
+                                                                     work, {}))
         return out
-
-
-def compile_kernel(template: Template, wl: Workload, cfg: Config, target: Target | None = None) -> Kernel:
-    lowered = template.lower(wl, cfg)
-    return Kernel(wl, template.name, cfg, lowered, build(lowered.module, target))

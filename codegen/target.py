@@ -1,61 +1,60 @@
 """The target a kernel is compiled and timed for. Its `key` keeps records from
-other machines (other CPU, other numba) from ever being mixed up."""
+other machines (another CPU or GPU, another thread count, another compiler
+version) from ever being mixed up.
+
+A target is a kind (the backend's name) plus the properties its backend says
+change timings; `codegen.cpu.CpuBackend.target` lists the CPU's.
+"""
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import platform
 from dataclasses import dataclass
-from functools import lru_cache
 
 
 @dataclass(frozen=True)
 class Target:
     kind: str
-    cpu: str
-    cpu_name: str
-    features: str
-    cores: int
-    numba: str
-    llvmlite: str
+    props: tuple = ()   # ((name, value), ...), sorted by name
+
+    @classmethod
+    def make(cls, kind: str, **props) -> "Target":
+        return cls(kind, tuple(sorted(props.items())))
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Target":
+        return cls.make(d["kind"], **{k: v for k, v in d.items() if k not in ("kind", "key")})
+
+    def get(self, name: str, default=None):
+        return dict(self.props).get(name, default)
+
+    def __getattr__(self, name: str):
+        # cpu/cpu_name/numba/... read as attributes; only called for names that are not fields
+        if name.startswith("__"):
+            raise AttributeError(name)
+        props = dict(object.__getattribute__(self, "props"))
+        if name in props:
+            return props[name]
+        raise AttributeError(f"target '{self.kind}' has no property '{name}'")
 
     @property
     def key(self) -> str:
         return self.kind + "-" + hashlib.sha256(json.dumps(self.describe(False), sort_keys=True).encode()).hexdigest()[:12]
 
     def describe(self, with_key: bool = True) -> dict:
-        d = {"kind": self.kind, "cpu": self.cpu, "cpu_name": self.cpu_name, "features": self.features,
-             "cores": self.cores, "numba": self.numba, "llvmlite": self.llvmlite}
+        d = {"kind": self.kind, **dict(self.props)}
         if with_key:
             d["key"] = self.key
         return d
 
     def __str__(self) -> str:
-        return f"{self.kind}: {self.cpu} ({self.cpu_name}, {self.cores} cores), numba {self.numba}"
+        p = dict(self.props)
+        name = p.get("cpu") or p.get("name") or "?"
+        extra = ", ".join(f"{k} {p[k]}" for k in ("threads", "numba") if k in p)
+        return f"{self.kind}: {name}" + (f" ({extra})" if extra else "")
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-@lru_cache(maxsize=None)
-def host_target(kind: str = "cpu") -> Target:
-    if kind != "cpu":
-        from ir.errors import TensortuneError
-        raise TensortuneError(f"target '{kind}' is not available (supported: cpu)")
-    import llvmlite
-    import llvmlite.binding as ll
-    import numba
-    feats = ll.get_host_cpu_features()
-    simd = ",".join(sorted(k for k, v in feats.items() if v and any(s in k for s in ("avx", "fma", "sse4", "neon", "sve"))))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return Target("cpu", _cpu_model(), ll.get_host_cpu_name(), simd, int(cores or 1),
-                  numba.__version__, llvmlite.__version__)
+def host_target(kind: str = "cpu", settings=None) -> Target:
+    """The target of backend `kind` on this machine (with `settings`' thread count)."""
+    from codegen.backend import get_backend
+    return get_backend(kind, settings).target()

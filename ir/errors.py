@@ -72,6 +72,8 @@ def run_cli(prog: str, run, args, interrupted: str = "") -> int:
     import os
     import sys
     try:
+        from ir.settings import Settings, use
+        use(Settings.from_env())   # the one place the environment is read: settings passed down from here
         return run(args)
     except TensortuneError as e:
         print(f"{prog}: error: {one_line(e)}", file=sys.stderr)

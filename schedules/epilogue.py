@@ -46,6 +46,16 @@ class Extra:
         return a.reshape(m, n) if self.mode == "full" else a.reshape(-1)
 
 
+    def arg(self, wl, m: int, n: int):
+        """The launch argument that passes this extra: `view` as data (schedules.launch.In)."""
+        from schedules.launch import In
+        size = 1
+        for d in wl.inputs[self.input_index]["shape"]:
+            size *= int(d)
+        return In(self.input_index, (m, n) if self.mode == "full" else (size,),
+                  "bool" if self.dtype == "bool" else "float32")
+
+
 def as_kernel_array(a: np.ndarray) -> np.ndarray:
     """Contiguous, writeable float32 (numba signatures take no read-only arrays)."""
     a = np.ascontiguousarray(a, dtype=np.float32)

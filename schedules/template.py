@@ -3,27 +3,24 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any, Callable
-
-import numpy as np
 
 from ir.workload import Workload
+from schedules.launch import Launch
 from schedules.loopnest import LoopModule
 from schedules.space import Config, ConfigSpace
 
-# prepare(functions, arrays with None at non-constant positions) -> state (packed weights...)
-PrepareFn = Callable[[dict, list], Any]
-# launch(functions, state, arrays, out) -> None; writes `out`
-LaunchFn = Callable[[dict, Any, list, np.ndarray], None]
 
-
-@dataclass
+@dataclass(frozen=True)
 class Lowered:
-    """A config applied to a workload: the code to compile, and how to call it."""
+    """A config applied to a workload, as data: the code to compile and how to run it
+    (`schedules.launch`). It pickles, so it travels to workers with the artifact."""
 
     module: LoopModule
-    prepare: PrepareFn
-    launch: LaunchFn
+    launch: Launch
+
+    def __post_init__(self):
+        if isinstance(self.launch, Launch):
+            self.launch.validate(f.name for f in self.module.functions)
 
 
 class Template(abc.ABC):
@@ -44,4 +41,15 @@ class Template(abc.ABC):
 
     @abc.abstractmethod
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
-        """Apply `cfg`: code-shape knobs shape the module, run-time knobs go to launch."""
+        """Apply `cfg`: the loop module, and a launch description whose run-time knobs are
+        scalar arguments (candidates that differ only in them share one compile)."""
+
+
+@dataclass(frozen=True)
+class LegacyLowered:
+    """TRANSITIONAL (removed when every template describes its launch): closures that
+    prepare and launch by themselves, on the CPU only."""
+
+    module: LoopModule
+    prepare: object
+    launch: object

@@ -32,6 +32,8 @@ def kernel_cache(tmp_path_factory):
     import os
     if "TENSORTUNE_CACHE" not in os.environ:
         os.environ["TENSORTUNE_CACHE"] = str(tmp_path_factory.mktemp("kernel_cache"))
+    from ir.settings import Settings, use
+    use(Settings.from_env())   # what the CLIs do; in-process tests get the same cache as their subprocesses
     yield os.environ["TENSORTUNE_CACHE"]
 
 

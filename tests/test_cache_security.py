@@ -24,14 +24,16 @@ BUILD = """
 import json
 from schedules import get_template
 from tests.template_cases import make_wl
-from codegen import compile_kernel
+from codegen import cache_dir, compile_kernel
+from ir.settings import Settings, use
 import numpy as np
+use(Settings.from_env())
 t = get_template("elementwise")
 wl = make_wl([("Relu", ["i0"], {})], [((4, 8), "float32", False)])
 k = compile_kernel(t, wl, t.space(wl).get(0))
 x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
 assert np.array_equal(k.bind([None])([x]), np.maximum(x, 0))
-print(json.dumps({"cached": k.compiled.cached, "path": str(k.compiled.path)}))
+print(json.dumps({"cached": k.artifact.cached, "path": str(cache_dir() / f"k_{k.artifact.key}.py")}))
 """
 
 

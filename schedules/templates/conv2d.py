@@ -27,7 +27,7 @@ from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopMo
 from schedules.parallel import num_threads, parallel_for
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
-from schedules.template import Lowered, Template
+from schedules.template import LegacyLowered as Lowered, Template
 
 REG_TILES = ("4x16", "8x16", "4x32", "8x32")
 F0 = "np.float32(0.0)"

@@ -9,12 +9,10 @@ only in them share one compile. Constant B is packed once, at prepare time.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ir.workload import Workload
-from schedules.parallel import num_threads, parallel_for
-from schedules.epilogue import Epilogue, as_kernel_array, parse_epilogue
+from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param
+from schedules.launch import Buffer, Call, In, Launch, Library, Out, Packed, Scalar, Work
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob, split_options
 from schedules.template import Lowered, Template
@@ -68,72 +66,48 @@ class DenseTemplate(Template):
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         a, b = _problem(wl)
         K, N = b["shape"]
+        M = _prod(a["shape"][:-1])
         epi = parse_epilogue(wl, 2, wl.output_shape)
+        extras = tuple(e.arg(wl, M, N) for e in epi.extras)
         if cfg["regtile"] == "blas":
-            return self._lower_blas(wl, cfg, epi, K, N)
+            return self._lower_blas(cfg, epi, extras, M, K, N)
         mr, nr = (int(x) for x in cfg["regtile"].split("x"))
-        threads = num_threads() if cfg["parallel"] else 1
         module = LoopModule((_pack_a(mr), _pack_b(nr), _blocks(mr, nr, cfg["order"], epi)),
                             doc=f"dense kernel: regtile={mr}x{nr} order={cfg['order']}, epilogue {[st[0]['op'] for st in epi.steps]}",
                             meta={"template": f"dense v{self.version}"})
         MB, NB, KB = cfg["MB"], cfg["NB"], cfg["KB"]
-        b_const = b["const"]
+        n_mt, n_nt = -(-M // mr), -(-N // nr)
+        par = cfg["parallel"]
+        bp = Buffer("Bp", (n_nt, K, nr))
+        pack_b = Call("pack_b", (In(1, (K, N), "float32"), Packed("Bp") if b["const"] else Work("Bp"),
+                                 Scalar(K), Scalar(N)), items=n_nt, parallel=par)
+        work = (Buffer("Ap", (n_mt, K, mr)), Buffer("Cp", (M, N) if KB < K else (1, 1)))
+        steps = (
+            Call("pack_a", (In(0, (M, K), "float32"), Work("Ap"), Scalar(M), Scalar(K)), items=n_mt, parallel=par),
+            Call("blocks", (Work("Ap"), pack_b.args[1], *extras, Out((M, N)), Work("Cp"),
+                            *(Scalar(v) for v in (M, N, K, MB, NB, KB))),
+                 items=-(-n_mt // MB) * -(-n_nt // NB), parallel=par),
+        )
+        if b["const"]:   # packed once, at prepare: shared by every shape of the signature
+            return Lowered(module, Launch(steps, prepare=(pack_b,), packed=(bp,), workspaces=work))
+        return Lowered(module, Launch((pack_b,) + steps, workspaces=(bp,) + work))
 
-        def pack_b(funcs, B):
-            B = as_kernel_array(B)
-            Bp = np.empty((-(-N // nr), K, nr), np.float32)
-            funcs["pack_b"](B, Bp, K, N)
-            return Bp
-
-        def prepare(funcs, arrays):
-            return {"Bp": pack_b(funcs, arrays[1]) if b_const else None, **_const_extras(wl, epi, arrays)}
-
-        def launch(funcs, state, arrays, out):
-            A = as_kernel_array(arrays[0]).reshape(-1, K)
-            M = A.shape[0]
-            n_mt, n_nt = -(-M // mr), -(-N // nr)
-            Ap = np.empty((n_mt, K, mr), np.float32)
-            Bp = state["Bp"] if b_const else pack_b(funcs, arrays[1])
-            extras = _extras(epi, state, arrays, M, N)
-            Cp = np.empty((M, N) if KB < K else (1, 1), np.float32)
-            parallel_for(funcs["pack_a"], (A, Ap, M, K), threads, n_mt)
-            parallel_for(funcs["blocks"], (Ap, Bp, *extras, out.reshape(M, N), Cp, M, N, K, MB, NB, KB), threads,
-                         -(-n_mt // MB) * -(-n_nt // NB))
-
-        return Lowered(module, prepare, launch)
-
-    def _lower_blas(self, wl: Workload, cfg: Config, epi: Epilogue, K: int, N: int) -> Lowered:
-        threads = num_threads() if cfg["parallel"] else 1
+    def _lower_blas(self, cfg: Config, epi: Epilogue, extras: tuple, M: int, K: int, N: int) -> Lowered:
         fns = (_epilogue_rows(epi),) if epi.steps else ()
         module = LoopModule(fns, doc=f"dense via BLAS, epilogue {[st[0]['op'] for st in epi.steps]}",
                             meta={"template": f"dense v{self.version}"})
-
-        def prepare(funcs, arrays):
-            return {"B": as_kernel_array(arrays[1]) if wl.inputs[1]["const"] else None,
-                    **_const_extras(wl, epi, arrays)}
-
-        def launch(funcs, state, arrays, out):
-            A = as_kernel_array(arrays[0]).reshape(-1, K)
-            M = A.shape[0]
-            B = state["B"] if state["B"] is not None else as_kernel_array(arrays[1])
-            out2 = out.reshape(M, N)
-            np.matmul(A, B, out=out2)
-            if epi.steps:
-                extras = _extras(epi, state, arrays, M, N)
-                parallel_for(funcs["epilogue"], (out2, *extras, M, N), threads, M)
-
-        return Lowered(module, prepare, launch)
+        steps = (Library("matmul", (In(0, (M, K), "float32"), In(1, (K, N), "float32"), Out((M, N)))),)
+        if epi.steps:
+            steps += (Call("epilogue", (Out((M, N)), *extras, Scalar(M), Scalar(N)), items=M,
+                           parallel=cfg["parallel"]),)
+        return Lowered(module, Launch(steps))
 
 
-def _const_extras(wl: Workload, epi: Epilogue, arrays) -> dict:
-    """Constant epilogue operands whose kernel view does not depend on M (bias, scalars),
-    converted once at prepare time instead of on every call."""
-    return {e.param: e.view(arrays[e.input_index], 0, 0) for e in epi.extras
-            if wl.inputs[e.input_index]["const"] and e.mode in ("row", "scalar")}
-
-
-def _extras(epi: Epilogue, state: dict, arrays, M: int, N: int) -> list:
-    return [state[e.param] if e.param in state else e.view(arrays[e.input_index], M, N) for e in epi.extras]
+def _prod(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
 
 
 def _epilogue_rows(epi: Epilogue) -> Function:
@@ -166,9 +140,10 @@ def _pack_a(mr: int) -> Function:
 
 
 def _pack_b(nr: int) -> Function:
+    """Pack B into NR-column panels; thread t of T packs panels t, t+T, ..."""
     body = (
         Assign("n_nt", f"(N + {nr - 1}) // {nr}"),
-        For("jt", "0", "n_nt", body=(
+        For("jt", "t", "n_nt", step="T", body=(
             For("k", "0", "K", (
                 For("c", "0", str(nr), (
                     Assign("j", f"jt * {nr} + c"),
@@ -178,7 +153,7 @@ def _pack_b(nr: int) -> Function:
         )),
     )
     return Function("pack_b", (Param("B", "float32[:, ::1]"), Param("Bp", "float32[:, :, ::1]"),
-                               Param("K", "int64"), Param("N", "int64")), body)
+                               Param("K", "int64"), Param("N", "int64"), Param("t", "int64"), Param("T", "int64")), body)
 
 
 def _micro_kernel(mr: int, nr: int, epi: Epilogue) -> tuple:

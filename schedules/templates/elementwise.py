@@ -34,7 +34,7 @@ from schedules.loopnest import Assign, For, Function, LoopModule, Param
 from schedules.parallel import num_threads, parallel_for
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
-from schedules.template import Lowered, Template
+from schedules.template import LegacyLowered as Lowered, Template
 
 RESIZES = {"Resize", "Upsample"}
 MOVES = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Slice", "Gather", "Concat",

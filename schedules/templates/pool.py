@@ -19,7 +19,7 @@ from schedules.loopnest import UNROLLED, Assign, For, Function, LoopModule, Para
 from schedules.parallel import num_threads, parallel_for
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
-from schedules.template import Lowered, Template
+from schedules.template import LegacyLowered as Lowered, Template
 
 
 def _geo(wl: Workload):

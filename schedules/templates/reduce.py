@@ -24,7 +24,7 @@ from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopMo
 from schedules.parallel import num_threads, parallel_for
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
-from schedules.template import Lowered, Template
+from schedules.template import LegacyLowered as Lowered, Template
 
 ROW_OPS = ("Softmax", "LogSoftmax", "LayerNormalization")
 REDUCE_OPS = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min",

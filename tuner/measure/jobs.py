@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from codegen import compile_kernel
-from ir import accuracy
+from ir import accuracy, settings
 from ir.workload import Workload
 from schedules import get_template
 
@@ -17,6 +17,8 @@ _REFERENCE: dict[str, tuple] = {}
 
 
 def _kernel(req: dict):
+    if "settings" in req:   # the tuner's settings, not whatever environment the worker inherited
+        settings.use(settings.Settings.from_json(req["settings"]))
     wl = Workload.from_json(req["workload"])
     template = get_template(req["template"])
     cfg = template.space(wl).validate(req["config"])
@@ -26,7 +28,7 @@ def _kernel(req: dict):
 def build_job(req: dict) -> dict:
     """Compile (into the on-disk cache) so that the runner only loads."""
     _, k = _kernel(req)
-    return {"compile_s": k.compiled.compile_s, "path": str(k.compiled.path), "cached": k.compiled.cached}
+    return {"compile_s": k.artifact.compile_s, "cached": k.artifact.cached}
 
 
 def _fault(kind: str) -> None:
@@ -126,9 +128,9 @@ def run_job(req: dict) -> dict:
     if req.get("check", True):
         wrong = check(k, wl, sets, reduction, first=run)
         if wrong:
-            return {"wrong": wrong, "compile_s": k.compiled.compile_s}
+            return {"wrong": wrong, "compile_s": k.artifact.compile_s}
     out = np.empty(wl.output_shape, dtype=wl.output_dtype)
     run(arrays, out)
     lat, number = timed(run, arrays, out, req.get("number"), req.get("repeat", 5), req.get("min_repeat_ms", 20),
                         bool(req.get("flush_cache", False)))
-    return {"latencies": lat, "number": number, "compile_s": k.compiled.compile_s}
+    return {"latencies": lat, "number": number, "compile_s": k.artifact.compile_s}

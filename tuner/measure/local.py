@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-from codegen import source_for
+from codegen import get_backend
 from schedules import get_template
 from schedules.parallel import num_threads
 from tuner.measure import jobs
@@ -22,13 +22,14 @@ from tuner.measure.worker import Worker, WorkerDied, WorkerTimeout
 
 
 def _request(inp: MeasureInput, **extra) -> dict:
+    from ir.settings import current
     return {"workload": inp.workload.to_json(), "template": inp.template, "config": inp.config.to_json(),
-            "fault": inp.fault, **extra}
+            "fault": inp.fault, "settings": current().to_json(), **extra}
 
 
 def source_key(inp: MeasureInput) -> str:
     t = get_template(inp.template)
-    return source_for(t.lower(inp.workload, inp.config).module)[1]
+    return get_backend().source_key(t.lower(inp.workload, inp.config).module)
 
 
 class LocalBuilder(Builder):

@@ -1,0 +1,185 @@
+"""The backend interface: what turns a lowered kernel into something that runs.
+
+A backend knows one kind of device. It describes the `Target` it runs on (whose
+key keeps records of different machines apart), renders a loop module to
+source, compiles it to an `Artifact` (bytes that can travel to another process
+or machine), loads an artifact into callable functions, runs one step of a
+launch description, and times a call. Backends are created by name; the heavy
+imports (numba, numba-cuda) happen only when one is chosen.
+
+Built-in: `cpu` (numba, `codegen.cpu`). Others register with
+`register_backend(name, "module:Class")` or a `tensortune.backends` entry point;
+tests add a pure-NumPy interpreter this way (tests/interp_backend.py) without
+touching the tuner, the runtime or the templates.
+
+How a launch description runs on a backend: `codegen.kernel.BoundKernel` resolves
+the arguments to arrays (`empty`, `asarray`) and hands each `Call` to `call` and
+each `Library` step to `library`. See `schedules.launch` for the description.
+"""
+from __future__ import annotations
+
+import abc
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from codegen.target import Target
+from ir.errors import TensortuneError
+from ir.settings import Settings, resolve
+from schedules.loopnest import LoopModule
+
+
+class BackendError(TensortuneError):
+    """A backend that does not exist or cannot run here (its package or device is missing)."""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A compiled loop module as data: enough for `Backend.load` in another process or on
+    another machine of the same target to run it without compiling. `files` are the
+    backend's compiled outputs by name (numba's cache index and machine code on the CPU;
+    PTX/cubin on CUDA); `source` is kept for error messages and inspection."""
+    backend: str
+    key: str                       # content key: same source and target -> same key
+    target_key: str
+    source: str
+    functions: tuple[str, ...]
+    files: dict = field(default_factory=dict, compare=False, hash=False)   # name -> bytes
+    compile_s: float = 0.0
+    cached: bool = False           # the compile was a cache hit
+    meta: dict = field(default_factory=dict, compare=False, hash=False)   # backend-specific (timestamps)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.source) + sum(len(b) for b in self.files.values())
+
+
+class Backend(abc.ABC):
+    name: str = ""
+
+    def __init__(self, settings: Settings | None = None):
+        self.settings = resolve(settings)
+
+    # -- what it runs on -----------------------------------------------------------
+    @abc.abstractmethod
+    def target(self) -> Target:
+        """The machine as timings see it; `target().key` keeps records apart."""
+
+    # -- code ----------------------------------------------------------------------
+    @abc.abstractmethod
+    def render(self, module: LoopModule) -> str:
+        """The source text this backend compiles for `module` (deterministic)."""
+
+    def source_key(self, module: LoopModule) -> str:
+        """The content key of `module` on this target: equal keys share one compile."""
+        import hashlib
+        return hashlib.sha256(self.render(module).encode()).hexdigest()[:24]
+
+    @abc.abstractmethod
+    def compile(self, module: LoopModule) -> Artifact:
+        """Compile every function of `module` (a cache hit is allowed) into an artifact.
+        A module the compiler rejects raises `codegen.CompileError`."""
+
+    @abc.abstractmethod
+    def load(self, artifact: Artifact) -> dict[str, Callable]:
+        """Function name -> callable, from an artifact made here or elsewhere."""
+
+    # -- running -------------------------------------------------------------------
+    @abc.abstractmethod
+    def call(self, fn: Callable, args: list, items: int, parallel: bool, grid=(), block=()) -> None:
+        """Run one `Call` step: `fn` over `items` work items (see `schedules.launch`)."""
+
+    def library(self, routine: str) -> Callable:
+        """A routine of a `Library` step by name; the CPU has NumPy's BLAS matmul."""
+        if routine == "matmul":
+            return lambda a, b, out: np.matmul(a, b, out=out)
+        raise BackendError(f"backend '{self.name}' has no library routine '{routine}'")
+
+    def empty(self, shape, dtype) -> np.ndarray:
+        """A buffer of this backend's memory (host memory on the CPU)."""
+        return np.empty(shape, dtype)
+
+    def asarray(self, a, dtype) -> np.ndarray:
+        """A C-contiguous array of `dtype` in this backend's memory holding `a`."""
+        return np.ascontiguousarray(a, dtype=dtype)
+
+    def synchronize(self) -> None:
+        """Wait for launched work to finish (asynchronous devices); the CPU is synchronous."""
+
+    def time(self, run: Callable[[], None], number: int | None, repeat: int, min_repeat_ms: float,
+             flush: Callable[[], None] | None = None) -> tuple[list[float], int]:
+        """(seconds per call of each repeat, number). `number` None: grow it until one repeat
+        lasts `min_repeat_ms`. `flush` (if given) runs before every repeat, outside the timing."""
+        import time
+        if number is None:
+            number, min_s = 1, min_repeat_ms / 1000.0
+            while True:
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    run()
+                self.synchronize()
+                dt = time.perf_counter() - t0
+                if dt >= min_s or number >= 1 << 20:
+                    break
+                number = max(number * 2, int(number * min_s / max(dt, 1e-9) * 1.1))
+        lat = []
+        for _ in range(repeat):
+            if flush is not None:
+                flush()
+            t0 = time.perf_counter()
+            for _ in range(number):
+                run()
+            self.synchronize()
+            lat.append((time.perf_counter() - t0) / number)
+        return lat, number
+
+
+_BACKENDS: dict[str, str] = {"cpu": "codegen.cpu:CpuBackend"}
+_INSTANCES: dict[tuple, Backend] = {}
+
+
+def register_backend(name: str, factory: str | type) -> None:
+    """Make `get_backend(name)` create `factory` ("module:Class" or the class itself)."""
+    _BACKENDS[name] = factory
+    for k in [k for k in _INSTANCES if k[0] == name]:
+        del _INSTANCES[k]
+
+
+def _entry_points() -> None:
+    try:
+        from importlib.metadata import entry_points
+        for ep in entry_points(group="tensortune.backends"):
+            _BACKENDS.setdefault(ep.name, ep.value)
+    except Exception:  # a broken third-party distribution must not stop the built-ins
+        pass
+
+
+def backend_names() -> list[str]:
+    _entry_points()
+    return sorted(_BACKENDS)
+
+
+def get_backend(name: str | Backend | None = None, settings: Settings | None = None) -> Backend:
+    """The backend called `name` (default: the settings' backend), one instance per settings."""
+    if isinstance(name, Backend):
+        return name
+    settings = resolve(settings)
+    name = name or settings.backend
+    key = (name, settings)
+    if key in _INSTANCES:
+        return _INSTANCES[key]
+    if name not in _BACKENDS:
+        _entry_points()
+    if name not in _BACKENDS:
+        raise BackendError(f"unknown backend '{name}' (known: {', '.join(backend_names())})")
+    factory = _BACKENDS[name]
+    if isinstance(factory, str):
+        mod, _, cls = factory.partition(":")
+        try:
+            factory = getattr(importlib.import_module(mod), cls)
+        except ImportError as e:
+            raise BackendError(f"backend '{name}' cannot be loaded: {e}") from None
+    inst = _INSTANCES[key] = factory(settings)
+    return inst

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import warnings
 
-from codegen import host_target
+from codegen import get_backend
 from ir import import_onnx, partition, simplify
 from ir.shapes import DimRange
 from runtime.choose import Chooser
@@ -18,7 +18,7 @@ from runtime.plan import Plan, PlanEntry, PlanError
 
 def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu",
          strict: bool = False, max_programs: int = MAX_PROGRAMS, fallback: str | None = None,
-         plugins=()) -> CompiledModel:
+         plugins=(), settings=None) -> CompiledModel:
     """Load an ONNX model (path or ModelProto) with kernels from a database URL/`Database`
     or a plan (path or `Plan`); neither means default configs for every subgraph.
 
@@ -29,12 +29,16 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
     whose reference fails) in onnxruntime, one session per maximal region (`strict`
     still refuses it). `plugins` names modules that register custom ops and templates
     (see `ir.custom`); installed `tensortune.plugins` entry points load too.
+    `target` names the backend kernels are built and run with (`codegen.backend`: "cpu",
+    or one a plugin registers); `settings` (`ir.settings.Settings`) gives its thread count
+    and kernel cache (default: the process default, which the CLIs read from the environment).
     """
     from ir.custom import load_plugins
     check_fallback(fallback)
-    load_plugins(plugins)
+    load_plugins(plugins)   # before the backend: a plugin may register it
+    backend = get_backend(target, settings)
     ranges = {k: v if isinstance(v, DimRange) else DimRange(k, int(v[0]), int(v[1])) for k, v in (dims or {}).items()}
-    tgt = host_target(target)
+    tgt = backend.target()
     if plan is not None and not isinstance(plan, Plan):
         plan = Plan.load(plan)
     if plan is not None:
@@ -42,7 +46,7 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
             ranges.setdefault(k, DimRange(k, lo, hi))
         if plan.target.get("key") != tgt.key:
             msg = (f"plan was tuned on target {plan.target.get('key')} ({plan.target.get('cpu', '?')}), "
-                   f"this machine is {tgt.key} ({tgt.cpu}): its configs are not used")
+                   f"this machine is {tgt.key} ({tgt}): its configs are not used")
             if strict:
                 raise PlanError(msg)
             warnings.warn(msg + "; running default configs")
@@ -52,7 +56,7 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
         from database import Database
         db = Database(db)
     return CompiledModel(graph, partition(graph), Chooser(plan, db, tgt.key, strict=strict), strict=strict,
-                         max_programs=max_programs, fallback=fallback)
+                         max_programs=max_programs, fallback=fallback, backend=backend)
 
 
 def default_sizes(dims: dict[str, DimRange], shapes: dict[str, list[int]] | None = None) -> dict[str, int]:
@@ -61,8 +65,9 @@ def default_sizes(dims: dict[str, DimRange], shapes: dict[str, list[int]] | None
     return shape_points(dims, shapes)[0]
 
 
-def build_plan(graph, db, points: list[dict], target_key: str, model_name: str = "") -> Plan:
-    """The best stored config per subgraph workload at each tuned shape point."""
+def build_plan(graph, db, points: list[dict], target_key: str, model_name: str = "", target=None) -> Plan:
+    """The best stored config per subgraph workload at each tuned shape point (`target`: the
+    `codegen.Target` whose key is `target_key`; default the cpu backend's)."""
     from ir.workload import make_workload
     from schedules import find_template
     entries, seen = [], set()
@@ -77,7 +82,8 @@ def build_plan(graph, db, points: list[dict], target_key: str, model_name: str =
                 r = best[0]
                 entries.append(PlanEntry(wl.key, wl.signature, r.template, r.template_version, wl.dims, r.config, r.median))
     dims = {k: [v.lo, v.hi] for k, v in graph.dims.items()}
-    return Plan(host_target().describe(), dims, entries, model_name)
+    target = target or get_backend("cpu").target()
+    return Plan(target.describe(), dims, entries, model_name)
 
 
 __all__ = ["load", "build_plan", "default_sizes", "CompiledModel", "Coverage", "MemoryPlan", "Plan", "PlanEntry",

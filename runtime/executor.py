@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from codegen import compile_kernel
+from codegen import compile_kernel, get_backend
 from codegen.kernel import BoundKernel
 from ir.custom import has_definition
 from ir.errors import ShapeError, TensortuneError, UnsupportedOpError
@@ -85,6 +85,7 @@ class Step:
     outs: list = field(default_factory=list)
     out_shape: tuple = ()
     out_dtype: str = "float32"
+    work: dict | None = None      # the kernel's workspaces: views of the arena (None: its own)
 
 
 @dataclass
@@ -169,8 +170,10 @@ class CompiledModel:
     time per model (a lock enforces it), since a program's arena is shared by its calls."""
 
     def __init__(self, graph: Graph, subgraphs: list[FusedSubgraph], chooser: Chooser, strict: bool = False,
-                 plan_memory: bool = True, max_programs: int = MAX_PROGRAMS, fallback: str | None = None):
+                 plan_memory: bool = True, max_programs: int = MAX_PROGRAMS, fallback: str | None = None,
+                 backend=None):
         self.graph, self.chooser, self.strict = graph, chooser, strict
+        self.backend = get_backend(backend)
         self.fallback = check_fallback(fallback)
         self._partition = topo_order(graph, subgraphs)
         self.plan_memory = plan_memory
@@ -270,7 +273,7 @@ class CompiledModel:
         key = (wl.key, template.name, cfg)
         k = self._kernels.get(key)
         if k is None:
-            k = self._kernels[key] = compile_kernel(template, wl, cfg)
+            k = self._kernels[key] = compile_kernel(template, wl, cfg, self.backend)
             self.stats["compiles"] += 1
         return k
 
@@ -279,12 +282,12 @@ class CompiledModel:
         key = (index, template.name, template.version, cfg)
         state = self._states.get(key)
         if state is None:
-            bk = kernel.bind([self.graph.constants.get(i) for i in sg.inputs])
+            bk = kernel.bind([self.graph.constants.get(i) for i in sg.inputs], self.backend)
             self._states[key] = bk.state
             self.stats["binds"] += 1
             return bk
         self.stats["bind_reused"] += 1
-        return BoundKernel(kernel, state)
+        return BoundKernel(kernel, state, self.backend)
 
     def _build(self, sizes: dict[str, int]) -> Program:
         g = self.graph
@@ -399,6 +402,12 @@ class CompiledModel:
                     last_use[i] = k
         planned = {v: int(np.prod(t[0], dtype=np.int64)) * np.dtype(t[1]).itemsize
                    for v, t in types.items() if t is not None and v not in outputs and self.plan_memory}
+        work = {}   # a kernel's workspaces live during its own step only, placed like any buffer
+        for k, step in enumerate(prog.steps):
+            for b in (step.kernel.workspaces if step.kernel is not None and self.plan_memory else ()):
+                name = f"\0work{k}:{b.name}"
+                work[name] = (k, b)
+                planned[name], made_at[name], last_use[name] = b.nbytes, k, k
         inplace = {}
         for k, step in enumerate(prog.steps):
             out = step.subgraph.output
@@ -418,6 +427,10 @@ class CompiledModel:
                     off = mem.offsets[v]
                     view = arena[off:off + planned[v]].view(dtype).reshape(shape)
                 step.outs.append((v, self._slot[v], view, v in outputs))
+        for name, (k, b) in work.items():
+            off = mem.offsets[name]
+            view = arena[off:off + b.nbytes].view(b.dtype).reshape(b.shape)
+            prog.steps[k].work = {**(prog.steps[k].work or {}), b.name: view}
         prog.memory, prog.arena = mem, arena
 
     # -- running ----------------------------------------------------------------------
@@ -473,7 +486,7 @@ class CompiledModel:
             if step.kernel is not None:
                 _, s, view, is_out = step.outs[0]
                 out = view if view is not None else np.empty(step.out_shape, step.out_dtype)
-                env[s] = step.kernel([env[i] for i in step.in_slots], out)
+                env[s] = step.kernel([env[i] for i in step.in_slots], out, step.work)
             elif step.session is not None:
                 self._hand_on(step, step.session([env[i] if i >= 0 else None for i in step.in_slots]), env)
             else:

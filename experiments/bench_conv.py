@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 
 from codegen import compile_kernel  # noqa: E402
 from schedules import get_template  # noqa: E402
-from schedules.parallel import num_threads  # noqa: E402
+from ir.settings import Settings, current, use  # noqa: E402
 from tests.template_cases import conv_wl, precompile  # noqa: E402
 
 # (C, H, OC, kernel, stride, pad): every distinct conv of ResNet-18 at 224x224
@@ -76,7 +76,7 @@ def machine() -> str:
         blas = ", ".join(f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture')})" for i in threadpool_info())
     except ImportError:
         blas = "threadpoolctl not installed"
-    return (f"{cpu}, {len(os.sched_getaffinity(0))} cores usable, threads used: {num_threads()}; Python {platform.python_version()}, "
+    return (f"{cpu}, {len(os.sched_getaffinity(0))} cores usable, threads used: {current().num_threads}; Python {platform.python_version()}, "
             f"numba {numba.__version__}, onnxruntime {onnxruntime.__version__}; BLAS: {blas}. "
             f"Other work shared the cores while this ran: ratios are more reliable than absolute numbers.")
 
@@ -86,8 +86,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="first code shape and run-time config only")
     ap.add_argument("--out", default=str(Path(__file__).with_suffix(".md")))
     args = ap.parse_args()
+    use(Settings.from_env())
     conv = get_template("conv2d")
-    threads = num_threads()
+    threads = current().num_threads
     code = CODE[:1] if args.quick else CODE
     runtime = RUNTIME[:1] if args.quick else RUNTIME
     wls = [conv_wl(1, c, h, h, oc, k=k, s=s, p=p, epi=("relu",)) for c, h, oc, k, s, p in LAYERS]

@@ -52,7 +52,8 @@ def bench_case(path: Path, sizes: dict, threads: int, args, source: dict) -> dic
     from threadpoolctl import threadpool_limits
     import runtime
     from runtime.cli import random_feeds
-    os.environ["TENSORTUNE_NUM_THREADS"] = str(threads)
+    from ir.settings import current, use
+    use(current().with_(threads=threads))
     row = {}
     with threadpool_limits(threads):
         t0 = time.perf_counter()
@@ -113,6 +114,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=4.0, help="seconds of timed runs per case and runtime")
     ap.add_argument("--out", default=str(ROOT / "experiments" / "bench_e2e.md"))
     args = ap.parse_args(argv)
+    from ir.settings import Settings, use
+    use(Settings.from_env())   # a command line: reads the environment like the CLIs
     source = {"db": args.db} if args.db else {"plan": args.plan} if args.plan else {}
     label = "tuned (db)" if args.db else "tuned (plan)" if args.plan else "untuned (default configs)"
     rows, t_start = [], time.perf_counter()
@@ -136,7 +139,7 @@ def main(argv=None) -> int:
         "",
         f"Machine: {machine()}. `OPENBLAS_CORETYPE`/`OPENBLAS_L2_SIZE` unset in the process.",
         "Both runtimes get the same thread count (onnxruntime `intra_op_num_threads`, tensortune "
-        "`TENSORTUNE_NUM_THREADS` and the NumPy BLAS pool via threadpoolctl). Medians of up to "
+        "`Settings.threads` and the NumPy BLAS pool via threadpoolctl). Medians of up to "
         f"{args.reps} runs ({args.budget:.0f} s budget per case); ratio = tensortune / onnxruntime (lower is better).",
         "",
         "| model | batch | threads | tensortune ms | onnxruntime ms | ratio | kernels (share of nodes) | reference share of time | activations planned / no reuse | max abs err (of max abs output) |",

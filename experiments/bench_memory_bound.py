@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 from codegen import compile_kernel  # noqa: E402
 from bench_conv import machine, timeit  # noqa: E402
 from schedules import get_template  # noqa: E402
-from schedules.parallel import num_threads  # noqa: E402
+from ir.settings import Settings, current, use  # noqa: E402
 from tests.template_cases import make_wl, precompile  # noqa: E402
 
 CHAIN = [("Mul", "i1"), ("Add", "i2"), ("Tanh", None), ("Mul", "i1"), ("Sub", "i2"), ("Relu", None),
@@ -65,7 +65,8 @@ def ort_session(wl, arrays, threads):
 
 
 def main():
-    threads = num_threads()
+    use(Settings.from_env())
+    threads = current().num_threads
     rows = []
     all_cases = cases()
     pairs = []

@@ -140,7 +140,8 @@ def real_run(seconds: float) -> dict:
     from record_dataset import dense_workload
     from schedules import get_template
     from tuner.task import Task
-    os.environ["TENSORTUNE_CACHE"] = tempfile.mkdtemp(prefix="tt_bench_cache_")
+    from ir.settings import current, use
+    use(current().with_(cache_dir=tempfile.mkdtemp(prefix="tt_bench_cache_")))
     wl = dense_workload(128, 256, 1024)
     task = Task(wl, get_template("dense"), 1, "dense:128x256x1024+bias")
     log = Path(tempfile.mkdtemp()) / "real.jsonl"

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from codegen import compile_kernel  # noqa: E402
+from codegen import Kernel, compile_kernel  # noqa: E402
 from ir import import_onnx, make_workload, partition, simplify  # noqa: E402
 from schedules import get_template  # noqa: E402
 from schedules.space import ConfigSpace, Knob  # noqa: E402
@@ -86,21 +86,20 @@ def record_workload(template, wl, space: ConfigSpace, repeat: int) -> dict:
             if key not in compiled:
                 compiled[key] = None   # a code shape that fails to compile or computes garbage stays failed
                 kern = compile_kernel(template, wl, cfg)
-                compile_s[str(key)] = kern.compiled.compile_s
+                compile_s[str(key)] = kern.artifact.compile_s
                 kern.bind(consts)(arrays, out)
                 if not np.allclose(out, expected, rtol=1e-4, atol=1e-3 * max(1.0, float(np.abs(expected).max()))):
                     raise AssertionError(f"wrong result for {cfg}")
-                compiled[key] = kern.compiled.functions
+                compiled[key] = kern
             if compiled[key] is None:
                 raise RuntimeError("code shape failed")
-            low = template.lower(wl, cfg)
-            funcs = compiled[key]
-            state = low.prepare(funcs, consts)
-            low.launch(funcs, state, arrays, out)  # warm-up
+            k0 = compiled[key]   # same code shape: the artifact is shared, the launch is this config's
+            run = Kernel(wl, template.name, cfg, template.lower(wl, cfg), k0.artifact).bind(consts)
+            run(arrays, out)  # warm-up
             ts = []
             for _ in range(repeat):
                 t0 = time.perf_counter()
-                low.launch(funcs, state, arrays, out)
+                run(arrays, out)
                 ts.append(time.perf_counter() - t0)
             lat.append(round(statistics.median(ts) * 1e6, 2))
         except Exception as e:  # a failing config is data too
@@ -134,6 +133,8 @@ def main() -> None:
     p.add_argument("--out", default=str(Path(__file__).parent / "data"))
     p.add_argument("--repeat", type=int, default=3)
     a = p.parse_args()
+    from ir.settings import Settings, use
+    use(Settings.from_env())   # a command line: reads the environment like the CLIs
     for s in a.shape:
         m, k, n = (int(x) for x in s.split("x"))
         d = record(m, k, n, a.repeat)

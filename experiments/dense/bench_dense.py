@@ -87,16 +87,15 @@ def best_generated(wl, threads, tiles):
 
 
 def main():
-    os.environ["TENSORTUNE_NUM_THREADS"] = "2"
+    from ir.settings import Settings, use
+    use(Settings.from_env().with_(threads=2))
     tiles = [t for t in get_template("dense").space(workload(8, 8, 8)).knobs[0].options if t != "blas"]
     if QUICK:
         tiles = ["4x24", "6x16", "3x24"]
     blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
     rows, plot = [], []
     for threads in (1, 2):
-        os.environ["TENSORTUNE_NUM_THREADS"] = str(threads)
-        import schedules.parallel as par
-        par._pool = None
+        use(Settings.from_env().with_(threads=threads))
         for m, k, n in SHAPES:
             wl = workload(m, k, n)
             x, w = wl.random_inputs(0)[:2]
@@ -112,9 +111,7 @@ def main():
     # fused dense + bias + GELU (BERT FFN up-projection) vs NumPy op by op
     fused = []
     for threads in (1, 2):
-        os.environ["TENSORTUNE_NUM_THREADS"] = str(threads)
-        import schedules.parallel as par
-        par._pool = None
+        use(Settings.from_env().with_(threads=threads))
         wl = workload(128, 256, 1024, gelu=True)
         x, w, b = wl.random_inputs(0)
 

@@ -30,7 +30,8 @@ def main():
     ap.add_argument("--trials", type=int, default=64)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        os.environ["TENSORTUNE_CACHE"] = d  # cold kernel cache: compile times are real
+        from ir.settings import current, use
+        use(current().with_(cache_dir=d))  # cold kernel cache: compile times are real
         db = Database(f"sqlite:///{d}/t.db")
         t0 = time.perf_counter()
         _, _, reports, _ = tune_model(MLP, db, TuneOptions(trials=args.trials, progress=False))

@@ -132,6 +132,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timing", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--fixed", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    from ir.settings import Settings, use
+    use(Settings.from_env())   # a command line: reads the environment like the CLIs
     if args.one:
         print(json.dumps(run_one(args.one, args.fixed, args.timing, args.reps, args.budget)))
         return 0

@@ -35,8 +35,10 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
     """
     from ir.custom import load_plugins
     check_fallback(fallback)
-    load_plugins(plugins)   # before the backend: a plugin may register it
-    backend = get_backend(target, settings)
+    from ir.settings import resolve
+    settings = resolve(settings)
+    load_plugins(list(plugins) + [p for p in settings.plugins if p not in plugins])   # before the backend:
+    backend = get_backend(target, settings)                                             # a plugin may register it
     ranges = {k: v if isinstance(v, DimRange) else DimRange(k, int(v[0]), int(v[1])) for k, v in (dims or {}).items()}
     tgt = backend.target()
     if plan is not None and not isinstance(plan, Plan):

@@ -50,26 +50,28 @@ def dense_wl(m, k, n):
     return make_workload(g, sg, {})
 
 
-FAMILIES = {   # one tiny workload per template family (pure Python loops are slow)
-    "dense": lambda: dense_wl(5, 7, 9),
-    "conv2d": lambda: conv_wl(1, 3, 5, 5, 4, epi=("relu",)),
-    "batch_matmul": lambda: make_wl(
+FAMILIES = {   # one tiny workload per template family (pure Python loops are slow), and config knobs
+    # that make several work items per call, so the copies really stride (T = min(threads, items))
+    "dense": (lambda: dense_wl(20, 8, 40), {"parallel": True}),
+    "conv2d": (lambda: conv_wl(1, 3, 5, 5, 4, epi=("relu",)), {"parallel": True, "OCB": 1, "PB": 1}),
+    "batch_matmul": (lambda: make_wl(
         [("MatMul", ["i0", "i1"], {}), ("Div", ["t0", "i2"], {}), ("Add", ["t1", "i3"], {})],
         [((1, 2, 5, 3), "float32", False), ((1, 2, 3, 7), "float32", False), ((), "float32", True),
-         ((1, 1, 1, 7), "float32", False)]),
-    "elementwise": lambda: make_wl(
+         ((1, 1, 1, 7), "float32", False)]), {"parallel": True, "MB": 1}),
+    "elementwise": (lambda: make_wl(
         [("Div", ["i0", "i1"], {}), ("Erf", ["t0"], {}), ("Sigmoid", ["t1"], {}), ("Mul", ["t2", "i0"], {})],
-        [((3, 17), "float32", False), ((), "float32", True)]),
-    "reduce": lambda: make_wl([("Softmax", ["i0"], {"axis": -1})], [((3, 10), "float32", False)]),
-    "pool": lambda: make_wl([("MaxPool", ["i0"], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})],
-                            [((1, 2, 7, 7), "float32", False)]),
+        [((3, 700), "float32", False), ((), "float32", True)]), {"parallel": True, "RB": 1}),
+    "reduce": (lambda: make_wl([("Softmax", ["i0"], {"axis": -1})], [((3, 10), "float32", False)]),
+               {"parallel": True, "RB": 1}),
+    "pool": (lambda: make_wl([("MaxPool", ["i0"], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})],
+                             [((1, 2, 7, 7), "float32", False)]), {"parallel": True, "PB": 1}),
 }
 
 
 # -- the backend itself ------------------------------------------------------------------
 
 def test_interp_renders_plain_python_and_keeps_its_own_target_key():
-    wl = FAMILIES["dense"]()
+    wl = FAMILIES["dense"][0]()
     module = get_template("dense").lower(wl, get_template("dense").default_config(wl)).module
     s = interp_settings()
     ib, cb = get_backend("interp", s), get_backend("cpu", s)
@@ -118,9 +120,10 @@ def test_header_gives_numba_math_semantics():
 def test_family_on_interp_matches_cpu(family):
     """Templates still on `LegacyLowered` closures call the loaded functions through
     `codegen.cpu.parallel_for`; converted ones (dense) go through `InterpBackend.call`."""
-    wl, template = FAMILIES[family](), get_template(family)
+    make, knobs = FAMILIES[family]
+    wl, template = make(), get_template(family)
     assert template.matches(wl)
-    cfg = template.default_config(wl)
+    cfg = template.space(wl).validate({**template.default_config(wl).to_json(), **knobs})
     s = interp_settings()
     arrays = wl.random_inputs(0)
     with using(s):

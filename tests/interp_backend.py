@@ -60,7 +60,8 @@ class InterpBackend(Backend):
                            threads=self.settings.num_threads, python=platform.python_version(), numpy=np.__version__)
 
     def render(self, module: LoopModule) -> str:
-        banner = f"interpreted by tests/interp_backend.py -- {module.meta.get('template', '?')}\ntarget {self.target().key}"
+        banner = (f"interpreted by tests/interp_backend.py -- {module.meta.get('template', '?')}\n"
+                  f"target {self.target().key}")
         return render(module, banner, header=HEADER, decorator=_no_decorator)
 
     def compile(self, module: LoopModule) -> Artifact:

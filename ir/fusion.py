@@ -7,6 +7,7 @@ else, so no value is computed twice and every boundary value is materialized.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ir.graph import Graph, Node
@@ -128,15 +129,15 @@ def node_flops(op: str, attrs: dict, input_shapes: list, output_shape):
     """FLOPs of one node: the one counting rule (`subgraph_flops` applies it to a graph's
     symbolic shapes, `Workload.flops` to concrete ones). `input_shapes` holds None for
     an omitted optional input (or one of unknown type)."""
-    elems = _prod(output_shape)
+    elems = math.prod(output_shape)
     if op in ("MatMul", "Gemm"):
         a = input_shapes[0]
         k = a[0] if op == "Gemm" and attrs.get("transA", 0) else a[-1]
         return 2 * elems * k
     if op in ("Conv", "ConvTranspose"):  # weight [M, C/groups, *kernel] (ConvTranspose: [C, M/groups, *kernel])
-        return 2 * elems * _prod(input_shapes[1][1:])
+        return 2 * elems * math.prod(input_shapes[1][1:])
     if op in OPS and OPS[op].kind == REDUCE:
-        return _prod(input_shapes[0]) * OPS[op].flops_per_elem
+        return math.prod(input_shapes[0]) * OPS[op].flops_per_elem
     return elems * (OPS[op].flops_per_elem if op in OPS else 1)
 
 
@@ -148,13 +149,6 @@ def subgraph_flops(g: Graph, sg: FusedSubgraph):
                   for i in n.inputs]
         total += node_flops(n.op, n.attrs, shapes, g.type_of(n.outputs[0]).shape)
     return simplify_dim(total)
-
-
-def _prod(shape):
-    p = 1
-    for d in shape:
-        p = p * d
-    return p
 
 
 def describe_partition(g: Graph, subgraphs: list[FusedSubgraph]) -> str:

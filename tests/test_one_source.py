@@ -24,6 +24,7 @@ from ir.workload import Workload, make_workload
 from runtime.plan import Plan, PlanEntry
 from schedules.space import Config
 from tuner.measure import result as measure_result
+from tuner.scheduler import RoundRobinScheduler, estimated_latency
 from tuner.task import extract_tasks
 
 try:
@@ -142,6 +143,17 @@ def test_a_reduction_counts_its_input():
     wl = make_workload(g, partition(g)[0], {"batch": 4})
     from ir.ops import OPS
     assert wl.flops() == 64 * (OPS["Exp"].flops_per_elem + OPS["ReduceMean"].flops_per_elem)
+
+
+# -- the estimated model latency -------------------------------------------------------------
+def test_the_scheduler_objective_is_the_estimated_latency():
+    from types import SimpleNamespace
+    tasks = [SimpleNamespace(weight=w, flops=1.0, template=SimpleNamespace(name="t")) for w in (3, 1)]
+    s = RoundRobinScheduler(tasks)
+    s.set_best(0, 2e-3)
+    assert s.objective() is None is estimated_latency([(3, 2e-3), (1, None)])
+    s.set_best(1, 5e-3)
+    assert s.objective() == estimated_latency([(3, 2e-3), (1, 5e-3)]) == pytest.approx(11e-3)
 
 
 # -- runtime.load takes an imported graph ----------------------------------------------------

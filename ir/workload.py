@@ -76,20 +76,23 @@ class FrozenList(list):
         return FrozenList, (list(self),)
 
 
+_SCALARS = frozenset((str, int, float, bool, type(None)))  # JSON leaves: kept as they are (the common case first)
+
+
 def _freeze(v):
     if isinstance(v, dict):
-        return FrozenDict({k: _freeze(x) for k, x in v.items()})
+        return FrozenDict({k: x if type(x) in _SCALARS else _freeze(x) for k, x in v.items()})
     if isinstance(v, (list, tuple)):
-        return FrozenList(_freeze(x) for x in v)
+        return FrozenList([x if type(x) in _SCALARS else _freeze(x) for x in v])
     return v
 
 
 def _thaw(v):
     """Plain, mutable JSON data again."""
     if isinstance(v, dict):
-        return {k: _thaw(x) for k, x in v.items()}
+        return {k: x if type(x) in _SCALARS else _thaw(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_thaw(x) for x in v]
+        return [x if type(x) in _SCALARS else _thaw(x) for x in v]
     return v
 
 
@@ -121,15 +124,14 @@ class Workload:
 
     @cached_property
     def key(self) -> str:
-        return workload_hash(self.to_json())
+        # the frozen entries are dicts and lists: they hash as the JSON of `to_json` does
+        return workload_hash({"ops": list(self.ops), "inputs": list(self.inputs),
+                              "output_shape": list(self.output_shape), "output_dtype": self.output_dtype})
 
     @cached_property
     def signature(self) -> str:
-        j = self.to_json()
-        for i in j["inputs"]:
-            i["shape"] = i["sym"]
-        j["output_shape"] = None
-        return workload_hash(j)
+        return workload_hash({"ops": list(self.ops), "inputs": [{**i, "shape": i["sym"]} for i in self.inputs],
+                              "output_shape": None, "output_dtype": self.output_dtype})
 
     def __eq__(self, other):
         return isinstance(other, Workload) and self.key == other.key
@@ -194,15 +196,11 @@ class Workload:
 
     @cached_property
     def _flops(self) -> int:
-        types = self.value_types()
-
-        def shape(name):
-            t = types.get(name)
-            return tuple(t.shape) if t is not None and all(isinstance(d, int) for d in t.shape) \
-                else tuple(self.output_shape)
-
-        return int(sum(node_flops(n.op, n.attrs, [shape(i) if i else None for i in n.inputs], shape(n.outputs[0]))
-                       for n in self.nodes()))
+        shapes = {name: tuple(t.shape) for name, t in self.value_types().items()
+                  if t is not None and all(isinstance(d, int) for d in t.shape)}
+        out = tuple(self.output_shape)
+        return int(sum(node_flops(n.op, n.attrs, [shapes.get(i, out) if i else None for i in n.inputs],
+                                  shapes.get(n.outputs[0], out)) for n in self.nodes()))
 
 
 def _sym(d) -> object:

@@ -38,16 +38,16 @@ def _jsonable(v):
     return v
 
 
+def _refuse(self, *args, **kwargs):
+    raise TypeError("a workload is immutable: build a new one (Workload.from_json) instead")
+
+
 class FrozenDict(dict):
     """A dict that refuses every change, and hashes: a workload's op and input entries.
     A dict still (comparisons, `dict(...)`, `json.dumps` and `isinstance` checks of the
     code that reads workloads all work as before)."""
 
     __slots__ = ()
-
-    def _refuse(self, *args, **kwargs):
-        raise TypeError("a workload is immutable: build a new one (Workload.from_json) instead")
-
     __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
 
     def __hash__(self):
@@ -62,10 +62,6 @@ class FrozenList(list):
     of a workload. A list still, so `wl.ops[0]["in"] == ["i0", "i1"]` holds as before."""
 
     __slots__ = ()
-
-    def _refuse(self, *args, **kwargs):
-        raise TypeError("a workload is immutable: build a new one (Workload.from_json) instead")
-
     __setitem__ = __delitem__ = __iadd__ = __imul__ = append = clear = extend = insert = pop = remove = \
         reverse = sort = _refuse
 
@@ -76,7 +72,7 @@ class FrozenList(list):
         return FrozenList, (list(self),)
 
 
-_SCALARS = frozenset((str, int, float, bool, type(None)))  # JSON leaves: kept as they are (the common case first)
+_SCALARS = frozenset((str, int, float, bool, type(None)))  # JSON leaves: kept as they are, without a call
 
 
 def _freeze(v):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import warnings
 
 from codegen import get_backend
-from ir import import_onnx, partition, simplify
+from ir import Graph, ModelError, import_onnx, partition, simplify
 from ir.shapes import DimRange
 from runtime.choose import Chooser
 from runtime.executor import MAX_PROGRAMS, CompiledModel, Coverage, FallbackError
@@ -19,8 +19,13 @@ from runtime.plan import Plan, PlanEntry, PlanError
 def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu",
          strict: bool = False, max_programs: int = MAX_PROGRAMS, fallback: str | None = None,
          plugins=(), settings=None) -> CompiledModel:
-    """Load an ONNX model (path or ModelProto) with kernels from a database URL/`Database`
-    or a plan (path or `Plan`); neither means default configs for every subgraph.
+    """Load an ONNX model with kernels from a database URL/`Database` or a plan (path or
+    `Plan`); neither means default configs for every subgraph.
+
+    `model`: a path, a ModelProto, or an `ir.Graph` already imported (`ir.import_onnx`,
+    simplified or not), so a caller that has read the model (`tune`) does not read it
+    again; the graph is not changed, and `dims` and the plan's ranges apply to it as
+    they would to the file.
 
     `dims` declares ranges of dynamic dims: {"batch": (1, 64)} or DimRange values.
     `max_programs`: how many per-shape programs (with their arenas) stay built; the least
@@ -53,12 +58,21 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
                 raise PlanError(msg)
             warnings.warn(msg + "; running default configs")
             plan = None
-    graph = simplify(import_onnx(model, ranges or None))
+    graph = simplify(_declared(model, ranges) if isinstance(model, Graph) else import_onnx(model, ranges or None))
     if db is not None and not hasattr(db, "best"):
         from database import Database
         db = Database(db)
     return CompiledModel(graph, partition(graph), Chooser(plan, db, tgt.key, strict=strict), strict=strict,
                          max_programs=max_programs, fallback=fallback, backend=backend)
+
+
+def _declared(graph: Graph, ranges: dict[str, DimRange]) -> Graph:
+    """`graph` with `ranges` declared on its dynamic dims, as `import_onnx` declares them."""
+    unknown = sorted(set(ranges) - set(graph.dims))
+    if unknown:
+        raise ModelError(f"--dim names {unknown} are not dynamic dims of the model "
+                         f"(it has: {sorted(graph.dims) or 'none'})")
+    return graph.copy(dims={**graph.dims, **ranges}) if ranges else graph
 
 
 def default_sizes(dims: dict[str, DimRange], shapes: dict[str, list[int]] | None = None) -> dict[str, int]:

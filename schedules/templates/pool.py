@@ -61,7 +61,6 @@ class PoolTemplate(Template):
         tile, unroll = cfg["owtile"], cfg["unroll"]
 
         def window(r: int):
-            kind = UNROLLED if unroll else "serial"
             upd = (Assign(f"a{r}", f"max(a{r}, xp[pl, ih, iw + {r * SW}])") if is_max
                    else Assign(f"a{r}", f"xp[pl, ih, iw + {r * SW}]", "+"))
             return upd

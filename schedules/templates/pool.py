@@ -1,10 +1,10 @@
 """MaxPool / AveragePool, NCHW 2-D (kernel, strides, pads, dilations, ceil_mode,
 count_include_pad). GlobalAverage/MaxPool are reductions: see `reduce.py`.
 
-A generated function first writes the padded input into a workspace (-inf for
-max, 0 for average; ceil_mode's extra tail included), so the window loops carry
-no bounds checks (unpadded windows read the input itself); an average divides by
-a per-output-pixel count, a table built while lowering.
+Each plane is first written padded into a workspace (-inf for max, 0 for
+average; ceil_mode's extra tail included) by the thread that pools it, so the
+window loops carry no bounds checks (unpadded windows read the input itself);
+an average divides by a per-output-pixel count, a table built while lowering.
 Knobs: `owtile` (code) — output pixels of a row computed together in scalar
 accumulators (SLP-vectorizable; guarded tail); `unroll` (code) — the window
 loops written out; planes per work item and threading are run-time.
@@ -78,31 +78,31 @@ class PoolTemplate(Template):
 
         row = (For("owt", "0", f"OW // {tile}", block(tile, f"owt * {tile}")),) + (
             (For("ow", f"(OW // {tile}) * {tile}", "OW", block(1, "ow")),) if tile > 1 else ())
-        body = (
-            For("blk", "t", "(P + PB - 1) // PB", step="T", body=(
-                For("pl", "blk * PB", "min(P, blk * PB + PB)", (For("oh", "0", "OH", row),)),
-            )),
-        )
-        params = (Param("xp", "float32[:, :, ::1]"), Param("inv", "float32[:, ::1]"), Param("out", "float32[:, :, ::1]"),
-                  Param("P", "int64"), Param("OH", "int64"), Param("OW", "int64"), Param("PB", "int64"),
-                  Param("t", "int64"), Param("T", "int64"))
         N, C, H, W = wl.inputs[0]["shape"]
         (OH, OW), P = outs, N * C
         hp = max(H + pads[0] + pads[2] + extra[0], (OH - 1) * SH + (KH - 1) * DH + 1)
         wp = max(W + pads[1] + pads[3] + extra[1], (OW - 1) * SW + (KW - 1) * DW + 1)
-        padded = (hp, wp) != (H, W)
-        fns = (Function("pool", params, body),) + ((_pad(pads[0], pads[1], is_max),) if padded else ())
-        module = LoopModule(fns, doc=f"pool kernel: {node.op} {KH}x{KW} stride {SH}x{SW} owtile={tile} unroll={unroll}",
+        padded = (hp, wp) != (H, W)   # else the windows stay inside the input: read it as it is
+        pad = _pad_plane(pads[0], pads[1], is_max) if padded else ()
+        body = (
+            For("blk", "t", "(P + PB - 1) // PB", step="T", body=(
+                For("pl", "blk * PB", "min(P, blk * PB + PB)", pad + (For("oh", "0", "OH", row),)),
+            )),
+        )
+        params = ((Param("x", "float32[:, :, ::1]"),) if padded else ()) + (
+            Param("xp", "float32[:, :, ::1]"), Param("inv", "float32[:, ::1]"), Param("out", "float32[:, :, ::1]"),
+            Param("P", "int64"), Param("H", "int64"), Param("W", "int64"), Param("OH", "int64"), Param("OW", "int64"),
+            Param("PB", "int64"), Param("t", "int64"), Param("T", "int64"))
+        module = LoopModule((Function("pool", params, body),),
+                            doc=f"pool kernel: {node.op} {KH}x{KW} stride {SH}x{SW} owtile={tile} unroll={unroll}",
                             meta={"template": f"pool v{self.version}"})
-        PB, par = cfg["PB"], cfg["parallel"]
         x = In(0, (P, H, W), "float32")
         tables = {"inv": np.ones((1, 1), np.float32) if is_max else _inverse_counts(node, (H, W), (KH, KW))}
-        steps = (Call("pool", (Work("xp") if padded else x, Table("inv"), Out((P, OH, OW)), Scalar(P), Scalar(OH),
-                               Scalar(OW), Scalar(PB)), items=-(-P // PB), parallel=par),)
-        if not padded:   # the windows stay inside the input: read it as it is
-            return Lowered(module, Launch(steps, tables=tables))
-        pad = Call("pad", (x, Work("xp"), Scalar(P), Scalar(H), Scalar(W)), items=P, parallel=par)
-        return Lowered(module, Launch((pad,) + steps, workspaces=(Buffer("xp", (P, hp, wp)),), tables=tables))
+        step = Call("pool", ((x, Work("xp")) if padded else (x,)) + (
+            Table("inv"), Out((P, OH, OW)), *map(Scalar, (P, H, W, OH, OW, cfg["PB"]))),
+            items=-(-P // cfg["PB"]), parallel=cfg["parallel"])
+        work = (Buffer("xp", (P, hp, wp)),) if padded else ()
+        return Lowered(module, Launch((step,), workspaces=work, tables=tables))
 
 
 def _inverse_counts(node, hw, kernel) -> np.ndarray:
@@ -119,27 +119,23 @@ def _inverse_counts(node, hw, kernel) -> np.ndarray:
     return np.ascontiguousarray(1.0 / count, dtype=np.float32)
 
 
-def _pad(top: int, left: int, is_max: bool) -> Function:
-    """The whole padded workspace, planes t, t+T, ...: the input at (top, left), the fill
-    (-inf for max, 0 for average) everywhere else (workspaces start undefined)."""
+def _pad_plane(top: int, left: int, is_max: bool) -> tuple:
+    """Plane pl of the padded workspace, all of it: the input at (top, left), the fill (-inf for
+    max, 0 for average) everywhere else (workspaces start undefined). Written by the thread that
+    pools the plane, just before: it is still in cache when the windows read it."""
     fill = "np.float32(-np.inf)" if is_max else "np.float32(0.0)"
-    body = (
-        Assign("HP", "xp.shape[1]"), Assign("WP", "xp.shape[2]"),
-        For("pl", "t", "P", step="T", body=(
-            For("ih", "0", "HP", (
-                Assign("h", f"ih - {top}"),
-                If("h >= 0 and h < H", (
-                    For("iw", "0", str(left), (Assign("xp[pl, ih, iw]", fill),)),
-                    For("w", "0", "W", (Assign(f"xp[pl, ih, w + {left}]", "x[pl, h, w]"),)),
-                    For("iw", f"W + {left}", "WP", (Assign("xp[pl, ih, iw]", fill),)),
-                ), (
-                    For("iw", "0", "WP", (Assign("xp[pl, ih, iw]", fill),)),
-                )),
+    return (
+        For("ih", "0", "xp.shape[1]", (
+            Assign("h", f"ih - {top}"),
+            If("h >= 0 and h < H", (
+                For("iw", "0", str(left), (Assign("xp[pl, ih, iw]", fill),)),
+                For("w", "0", "W", (Assign(f"xp[pl, ih, w + {left}]", "x[pl, h, w]"),)),
+                For("iw", f"W + {left}", "xp.shape[2]", (Assign("xp[pl, ih, iw]", fill),)),
+            ), (
+                For("iw", "0", "xp.shape[2]", (Assign("xp[pl, ih, iw]", fill),)),
             )),
         )),
     )
-    return Function("pad", (Param("x", "float32[:, :, ::1]"), Param("xp", "float32[:, :, ::1]"), Param("P", "int64"),
-                            Param("H", "int64"), Param("W", "int64"), Param("t", "int64"), Param("T", "int64")), body)
 
 
 register_template(PoolTemplate())

@@ -204,6 +204,18 @@ def _sym(d) -> object:
 
 
 SMALL_CONST = 64  # integer constants up to this size are stored in the workload by value
+INDEX_MAP_OPS = {"Resize", "Upsample"}   # their float operands (roi, scales) fix the index map
+
+
+def stored_by_value(value, readers) -> bool:
+    """True if a constant (or shape-computed) input is part of the computation and is kept in
+    the workload by value: a small int/bool (shapes, axes, indices), or a small float that a
+    Resize reads after its data (roi, scales: the kernel's index tables are built from them
+    when lowering). `readers`: (op, input position) of each node that reads it."""
+    value = np.asarray(value)
+    if value.size > SMALL_CONST:
+        return False
+    return value.dtype.kind in "iub" or any(op in INDEX_MAP_OPS and pos >= 1 for op, pos in readers)
 
 
 def make_workload(g: Graph, sg: FusedSubgraph, sizes: dict[str, int]) -> Workload:
@@ -227,7 +239,8 @@ def make_workload(g: Graph, sg: FusedSubgraph, sizes: dict[str, int]) -> Workloa
         value = g.constants.get(name)
         if value is None and name in g.values:
             value = _bound_value(g.values[name], sizes, t.dtype)
-        if value is not None and value.dtype.kind in "iub" and value.size <= SMALL_CONST:
+        readers = [(n.op, p) for n in sg.nodes for p, i in enumerate(n.inputs) if i == name]
+        if value is not None and stored_by_value(value, readers):
             spec["value"] = value.tolist()  # shape/axes/index operands are part of the computation
         inputs.append(spec)
     out = g.type_of(sg.output)

@@ -12,8 +12,8 @@ import numpy as np
 from ir.custom import register_op, same_shape
 from ir.workload import Workload
 from schedules import Config, ConfigSpace, Knob, Lowered, Template, register_template
+from schedules.launch import Call, In, Launch, Out, Scalar
 from schedules.loopnest import UNROLLED, Assign, For, Function, LoopModule, Param
-from schedules.parallel import num_threads, parallel_for
 
 DOMAIN = "example.ops"
 
@@ -29,7 +29,8 @@ register_op("SoftCap", kind="opaque", infer=same_shape, ref=softcap_ref, domain=
 
 class SoftCapTemplate(Template):
     """One flat loop, `unroll` elements per iteration (code-shape knob); blocks of `B`
-    elements per work item and threading are run-time knobs."""
+    elements per work item and threading are run-time knobs. The function strides over
+    blocks t, t+T, ... (its last two parameters): the backend runs T copies of it."""
 
     name = "softcap"
     version = 1
@@ -61,13 +62,11 @@ class SoftCapTemplate(Template):
                   Param("t", "int64"), Param("T", "int64"))
         module = LoopModule((Function("softcap", params, body),), doc=f"softcap cap={cap} unroll={u}",
                             meta={"template": f"softcap v{self.version}"})
-        threads = num_threads() if cfg["parallel"] else 1
-
-        def launch(funcs, state, arrays, out):
-            x = np.ascontiguousarray(arrays[0], dtype=np.float32).reshape(-1)
-            parallel_for(funcs["softcap"], (x, out.reshape(-1), x.size, cfg["B"]), threads)
-
-        return Lowered(module, lambda funcs, arrays: None, launch)
+        n = int(np.prod(wl.output_shape))
+        # the launch, as data: one call of `softcap` over ceil(n / B) blocks (work items)
+        call = Call("softcap", (In(0, (n,), "float32"), Out((n,)), Scalar(n), Scalar(cfg["B"])),
+                    items=-(-n // cfg["B"]), parallel=cfg["parallel"])
+        return Lowered(module, Launch((call,)))
 
 
 register_template(SoftCapTemplate())

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from codegen import compile_kernel
-from ir.workload import SMALL_CONST, Workload
+from ir.workload import Workload, stored_by_value
 
 
 def make_wl(ops, inputs, arrays=None, sym=None) -> Workload:
@@ -12,9 +12,10 @@ def make_wl(ops, inputs, arrays=None, sym=None) -> Workload:
     running the reference on `arrays` (or random float inputs)."""
     ins = [{"shape": list(s), "sym": list(sym[k]) if sym and sym[k] else list(s), "dtype": d, "const": c}
            for k, (s, d, c) in enumerate(inputs)]
-    for spec, a in zip(ins, arrays if arrays is not None else []):   # as make_workload stores them
+    for k, (spec, a) in enumerate(zip(ins, arrays if arrays is not None else [])):   # as make_workload stores them
         a = np.asarray(a)
-        if spec["const"] and a.dtype.kind in "iub" and a.size <= SMALL_CONST:
+        readers = [(o, p) for o, refs, _ in ops for p, r in enumerate(refs) if r == f"i{k}"]
+        if spec["const"] and stored_by_value(a, readers):
             spec["value"] = a.tolist()
     ins = tuple(ins)
     ops = tuple({"op": o, "in": list(i), "attrs": dict(a)} for o, i, a in ops)

@@ -4,11 +4,15 @@ sets), as the tuner's worker job applies it to real compiled kernels, and as
 `tune-run --check` applies it to whole models."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from ir import accuracy, import_onnx, make_workload, partition, simplify
 from schedules import get_template
+from schedules.launch import Buffer, Call, In, Out, Scalar, Work
+from schedules.loopnest import Assign, For, Function, Param
 from schedules.template import Lowered
 from tests.helpers import dense_model
 from tests.template_cases import conv_wl, make_wl
@@ -108,7 +112,8 @@ def test_check_inputs_cover_negative_large_and_valid_index_values():
 # -- the tuner's check on real kernels -----------------------------------------------------
 
 class Broken:
-    """The dense template with a bug injected into its launch (the compiled code is the real one)."""
+    """The dense template with a bug injected into its launch description (the dense code is the
+    real one; a bug adds a generated function or reroutes an argument)."""
 
     def __init__(self, bug):
         self.bug, self.name, self.version = bug, DENSE.name, DENSE.version
@@ -117,25 +122,66 @@ class Broken:
         return DENSE.space(wl)
 
     def lower(self, wl, cfg):
-        low = DENSE.lower(wl, cfg)
-        return Lowered(low.module, low.prepare, lambda fns, state, arrays, out: self.bug(low.launch, fns, state, arrays, out))
+        return self.bug(DENSE.lower(wl, cfg))
 
 
-def plus_1e_3(launch, fns, state, arrays, out):
-    launch(fns, state, arrays, out)
-    out += np.float32(1e-3)
+M2 = "float32[:, ::1]"
 
 
-def misses_last_row(launch, fns, state, arrays, out):
-    """An off-by-one in the remainder loop: the last row is never written."""
-    full = np.empty_like(out)
-    launch(fns, state, arrays, full)
-    out[:-1] = full[:-1]
+def _rows(name: str, arrays: tuple, stmt: Assign) -> Function:
+    """A function over rows i = t, t+T, ... < m of [m, n] arrays, doing `stmt` at each (i, j)."""
+    params = tuple(Param(a, M2) for a in arrays) + tuple(Param(v, "int64") for v in ("m", "n", "t", "T"))
+    return Function(name, params, (For("i", "t", "m", (For("j", "0", "n", (stmt,)),), step="T"),))
 
 
-def saturates(launch, fns, state, arrays, out):
-    """Right only for inputs in [-1, 1] (as a too-short polynomial approximation would be)."""
-    launch(fns, state, [np.clip(a, -1, 1) if a is not None else a for a in arrays], out)
+def _with(low: Lowered, fn: Function, steps: tuple, **launch) -> Lowered:
+    return Lowered(replace(low.module, functions=low.module.functions + (fn,)), replace(low.launch, steps=steps, **launch))
+
+
+def _reroute(steps: tuple, old, new) -> tuple:
+    return tuple(replace(s, args=tuple(new if old(a) else a for a in s.args)) for s in steps)
+
+
+def _one(low: Lowered, test) -> object:
+    """The one distinct argument the per-call steps pass that passes `test` (dense: out, or A)."""
+    [a] = {a for s in low.launch.steps for a in s.args if test(a)}
+    return a
+
+
+def is_out(a) -> bool:
+    return isinstance(a, Out)
+
+
+def is_activation(a) -> bool:
+    return isinstance(a, In) and a.index == 0
+
+
+def plus_1e_3(low):
+    """One more generated function runs after the kernel: out += 1e-3."""
+    out = _one(low, is_out)
+    bump = _rows("bump", ("y",), Assign("y[i, j]", "np.float32(1e-3)", "+"))
+    return _with(low, bump, low.launch.steps + (Call("bump", (out, *map(Scalar, out.shape)), items=out.shape[0]),))
+
+
+def misses_last_row(low):
+    """An off-by-one in the remainder loop: the last row is never written (the kernel writes
+    a workspace; the copy to the output stops a row early)."""
+    out = _one(low, is_out)
+    m, n = out.shape
+    copy = _rows("copy", ("full", "y"), Assign("y[i, j]", "full[i, j]"))
+    steps = _reroute(low.launch.steps, is_out, Work("full"))
+    steps += (Call("copy", (Work("full"), out, Scalar(m - 1), Scalar(n)), items=m - 1),)
+    return _with(low, copy, steps, workspaces=low.launch.workspaces + (Buffer("full", (m, n)),))
+
+
+def saturates(low):
+    """Right only for inputs in [-1, 1] (as a too-short polynomial approximation would be): the
+    activations are clipped into a workspace before the kernel reads them."""
+    x = _one(low, is_activation)
+    clip = _rows("clip", ("x", "y"), Assign("y[i, j]", "min(max(x[i, j], np.float32(-1.0)), np.float32(1.0))"))
+    steps = _reroute(low.launch.steps, is_activation, Work("clipped"))
+    steps = (Call("clip", (x, Work("clipped"), *map(Scalar, x.shape)), items=x.shape[0]),) + steps
+    return _with(low, clip, steps, workspaces=low.launch.workspaces + (Buffer("clipped", x.shape),))
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,12 @@ output index space, over any of the element types numba has (float32, int64, int
 Every output element is one expression: each op turns the index it is read at
 into the index of its inputs (broadcast: 0 on size-1 dims; Transpose: permute;
 Reshape: linearize/delinearize; Slice: start + step * i, with starts and steps
-read at run time; Gather: an index loaded from the indices tensor; Concat: a
+from a table built while lowering (where they are data, a generated function
+computes them first); Gather: an index loaded from the indices tensor; Concat: a
 select by offset; Resize: per resized axis T source indices and weights read from
-tables built once from the op's attributes and scales/sizes — nearest 1 tap, linear
-2, cubic 4, see `ir.ops.resize`). Nothing in between is materialized. Shapes are
+tables built while lowering from the op's attributes and roi/scales/sizes, which
+the workload holds — nearest 1 tap, linear 2, cubic 4, see `ir.ops.resize`).
+Nothing in between is materialized. Shapes are
 code constants. Values are typed: each op's code comes from `typed_expr` for the
 element types of its operands (int64 shape arithmetic, bool masks, float32 math).
 
@@ -21,7 +23,6 @@ input is read at the output's flat index or is a scalar, otherwise the same as
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
@@ -30,11 +31,11 @@ from ir.ops import BROADCAST, ELEMWISE, OPS
 from ir.ops.elementwise import DTYPE_EXPRS, NAN_AWARE, NUMBA_TYPES, literal, typed_expr
 from ir.ops import resize as rz
 from ir.workload import Workload
-from schedules.loopnest import Assign, For, Function, LoopModule, Param
-from schedules.parallel import num_threads, parallel_for
+from schedules.launch import Buffer, Call, In, Launch, Out, Scalar, Table, Work
+from schedules.loopnest import Assign, For, Function, If, LoopModule, Param
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
-from schedules.template import LegacyLowered as Lowered, Template
+from schedules.template import Lowered, Template
 
 RESIZES = {"Resize", "Upsample"}
 MOVES = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Slice", "Gather", "Concat",
@@ -108,19 +109,12 @@ def _strides(shape):
     return out
 
 
-def _resize_plan(node, in_shape, out_shape):
-    """Per axis of a Resize: None (left as it is) or the taps its table is coded for.
-    An axis of equal sizes is coded as left alone (scale 1); launch checks that the
-    node's scales agree. Taps are an upper bound: the real scale is >= out / in."""
-    spec = rz.spec_of(node)
-    return [None if d == o else rz.taps(spec, o / d if d else 1.0) for d, o in zip(in_shape, out_shape)]
-
-
 class _Emitter:
     """Builds the expression of a value at an index (a list of index expressions)."""
 
-    def __init__(self, wl: Workload, types: dict, flat: bool = False):
+    def __init__(self, wl: Workload, types: dict, resize_plans: dict, flat: bool = False):
         self.wl, self.types, self.nodes = wl, types, wl.nodes()
+        self.resize_plans = resize_plans  # per Resize op: taps per axis (None: left as it is)
         self.shapes = {r: t[0] for r, t in types.items()}
         self.flat_mode = flat   # every input read at the flat output index `i` (or a scalar)
         self.consts = _consts(wl)
@@ -260,7 +254,7 @@ class _Emitter:
 
     def resize(self, n, k, idx, shape):
         src = n.inputs[0]
-        plan = _resize_plan(n, self.shapes[src], shape)
+        plan = self.resize_plans[k]
         spec = rz.spec_of(n)
         axes = [a for a, p in enumerate(plan) if p is not None]
 
@@ -285,7 +279,7 @@ class _Emitter:
 
 
 def _check(wl: Workload):
-    """None, or (types, loaded input refs)."""
+    """None, or (types, loaded input refs, resize tables (`_resizes`))."""
     if wl.output_dtype not in NUMBA_TYPES or not wl.ops:
         return None
     types = _types(wl)
@@ -318,7 +312,10 @@ def _check(wl: Workload):
                 continue
             if r.startswith("i"):
                 loaded.add(r)
-    return types, sorted(loaded, key=lambda r: int(r[1:]))
+    resizes = _resizes(wl, types)
+    if resizes is None:
+        return None
+    return types, sorted(loaded, key=lambda r: int(r[1:])), resizes
 
 
 class ElementwiseTemplate(Template):
@@ -340,7 +337,8 @@ class ElementwiseTemplate(Template):
         return self.space(wl).validate({"vector": "flat", "unroll": 1, "parallel": True, "RB": 16})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
-        types, loaded = _check(wl)
+        types, loaded, resizes = _check(wl)
+        plans = {k: plan for k, (plan, _) in resizes.items()}
         shapes = {r: t[0] for r, t in types.items()}
         out_shape = tuple(wl.output_shape)
         total = math.prod(out_shape)
@@ -352,10 +350,10 @@ class ElementwiseTemplate(Template):
         nodes = wl.nodes()
         if flat:
             if len(out_shape) <= 1:
-                em = _Emitter(wl, types)
+                em = _Emitter(wl, types, plans)
                 value = em.load(last, ["i"] * len(out_shape))
             else:   # every input is full-shape or a scalar: read at the flat index
-                em = _Emitter(wl, types, flat=True)
+                em = _Emitter(wl, types, plans, flat=True)
                 value = em.load(last, None)
             inner = (*em.pre, Assign(_at("out", "i"), value))
             body = (
@@ -366,7 +364,7 @@ class ElementwiseTemplate(Template):
                 )),
             )
         else:
-            em = _Emitter(wl, types)
+            em = _Emitter(wl, types, plans)
             R = len(out_shape)
             idx = [f"o{a}" for a in range(R - 1)] + ["j"]
             value = em.load(last, idx)
@@ -388,72 +386,119 @@ class ElementwiseTemplate(Template):
                 )),
             )
         slices = [k for k, o in enumerate(wl.ops) if o["op"] == "Slice"]
-        resizes = {k: _resize_plan(nodes[k], shapes[nodes[k].inputs[0]], shapes[f"t{k}"])
-                   for k, o in enumerate(wl.ops) if o["op"] in RESIZES}
         in_params = tuple(Param(f"x{r[1:]}", f"{NUMBA_TYPES[types[r][1]]}[::1]") for r in loaded)
-        params = in_params + tuple(Param(f"sl{k}", "int64[::1]") for k in slices) + _resize_params(nodes, resizes) + (
+        params = in_params + tuple(Param(f"sl{k}", "int64[::1]") for k in slices) + _resize_params(nodes, plans) + (
             Param("out", f"{NUMBA_TYPES[wl.output_dtype]}[::1]"), Param("n", "int64"), Param("RB", "int64"),
             Param("t", "int64"), Param("T", "int64"))
         # IsNaN / IsInf must see NaN and inf: LLVM may fold them away under nnan / ninf
         fast = {} if not any(o["op"] in NAN_AWARE for o in wl.ops) else {"fastmath": ("nsz", "arcp", "contract", "afn")}
-        module = LoopModule((Function("injective", params, body, **fast),),
+        functions = [Function("injective", params, body, **fast)]
+        # slice starts and steps, resize tables: tables built now (the workload holds their operands),
+        # except the starts/steps of a Slice that are data: a generated function reads them first
+        tables, pre, work, sl_args = {}, [], [], []
+        consts = _consts(wl)
+        for k in slices:
+            known = _slice_starts_steps(nodes[k], shapes[nodes[k].inputs[0]], consts)
+            if known is not None:
+                tables[f"sl{k}"] = known
+                sl_args.append(Table(f"sl{k}"))
+                continue
+            fn, args = _slice_function(nodes[k], k, shapes[nodes[k].inputs[0]], tables)
+            functions.append(fn)
+            work.append(Buffer(f"sl{k}", (2 * len(shapes[nodes[k].inputs[0]]),), "int64"))
+            pre.append(Call(fn.name, args + (Work(f"sl{k}"),), items=1))
+            sl_args.append(Work(f"sl{k}"))
+        rz_args = []
+        for k, (_, arrays) in resizes.items():
+            for name, a in arrays:
+                tables[name] = a
+                rz_args.append(Table(name))
+        module = LoopModule(tuple(functions),
                             doc=f"elementwise kernel: {'+'.join(o['op'] for o in wl.ops)} vector={'flat' if flat else 'last'} unroll={unroll}",
                             meta={"template": f"elementwise v{self.version}"})
-        threads = num_threads() if cfg["parallel"] else 1
+        xs = tuple(In(int(r[1:]), (math.prod(shapes[r]),), types[r][1]) for r in loaded)
         RB = cfg["RB"]
+        items = -(-total // (RB * 1024)) if flat else -(-math.prod(out_shape[:-1]) // RB)
+        step = Call("injective", xs + tuple(sl_args) + tuple(rz_args) + (
+            Out((total,)), Scalar(total if flat else 0), Scalar(RB)), items=items, parallel=cfg["parallel"])
+        return Lowered(module, Launch(tuple(pre) + (step,), workspaces=tuple(work), tables=tables))
 
-        def slice_params(arrays, k):
-            n = nodes[k]
-            ins = shapes[n.inputs[0]]
-            vals = [None if not r.startswith("i") else arrays[int(r[1:])] for r in n.inputs]
-            from ir.ops.tensor import _slice_params
-            starts, ends, axes, steps = _slice_params(n, len(ins), vals)
-            sl = np.zeros(2 * len(ins), np.int64)
-            sl[1::2] = 1
-            for s, e, a, st in zip(starts, ends, axes, steps):
-                start, _, step = slice(int(s), int(e), int(st)).indices(ins[a])
-                sl[2 * a], sl[2 * a + 1] = start, step
-            return sl
 
-        def operand_arrays(arrays):
-            return [[None] + [arrays[int(r[1:])] for r in wl.ops[k]["in"][1:]] for k in resizes]
+def _resizes(wl: Workload, types: dict):
+    """{op index: (taps per axis or None, [(table name, array)])} for the Resize ops, or None if
+    one of them cannot be coded: an operand (roi, scales, sizes) the workload does not hold."""
+    consts = _consts(wl)
+    out = {}
+    for k, (n, o) in enumerate(zip(wl.nodes(), wl.ops)):
+        if o["op"] not in RESIZES:
+            continue
+        if any(r not in consts for r in n.inputs[1:]):
+            return None
+        try:
+            got, tabs = rz.tables(n, types[n.inputs[0]][0], *rz.operands_of(n, [None] + [consts[r] for r in n.inputs[1:]]))
+        except Exception:
+            return None
+        if tuple(got) != tuple(types[f"t{k}"][0]):
+            return None
+        spec = rz.spec_of(n)
+        plan, arrays = [], []
+        for a, tab in enumerate(tabs):
+            plan.append(None if tab is None else tab.index.shape[1])
+            if tab is None:
+                continue
+            arrays.append((f"rzi{k}_{a}", np.ascontiguousarray(tab.index.reshape(-1), np.int64)))
+            if spec.mode != "nearest":
+                arrays.append((f"rzw{k}_{a}", np.ascontiguousarray(tab.weight.reshape(-1), np.float32)))
+            if spec.transform == "tf_crop_and_resize":
+                o_ = tab.index.shape[0]
+                arrays.append((f"rzo{k}_{a}", np.zeros(o_, bool) if tab.outside is None else np.ascontiguousarray(tab.outside, bool)))
+        out[k] = (plan, arrays)
+    return out
 
-        def tables(arrays):
-            """Resize tables as kernel arguments, or None where the node's scales do not fit the code."""
-            out = []
-            for k, ops_in in zip(resizes, operand_arrays(arrays)):
-                t = _resize_tables(nodes[k], shapes[nodes[k].inputs[0]], shapes[f"t{k}"], resizes[k], ops_in)
-                if t is None:
-                    return None
-                out += t
-            return tuple(out)
 
-        operand_refs = [r for k in slices for r in wl.ops[k]["in"][1:]] + [r for k in resizes for r in wl.ops[k]["in"][1:]]
+def _slice_starts_steps(node, in_shape, consts):
+    """[start0, step0, start1, step1, ...] (int64, one pair per input axis) of a Slice whose
+    starts, axes and steps the workload holds (its ends do not matter: the output shape is
+    known), else None."""
+    from ir.ops.tensor import _slice_params
+    vals = [consts.get(r) for r in node.inputs]
+    if any(p < len(node.inputs) and vals[p] is None for p in (1, 3, 4)):
+        return None
+    starts, _, axes, steps = _slice_params(node, len(in_shape), vals)
+    sl = np.zeros(2 * len(in_shape), np.int64)
+    sl[1::2] = 1
+    for s, a, st in zip(starts, axes, steps):
+        start, _, step = slice(int(s), 0, int(st)).indices(in_shape[a])
+        sl[2 * a], sl[2 * a + 1] = start, step
+    return sl
 
-        def prepare(funcs, arrays):
-            return {"args": {}}   # shared by the programs of every shape: filled per shape by launch
 
-        def launch(funcs, state, arrays, out):
-            # slice bounds and resize tables depend on the shape and on small operands: built once per
-            # (shape, operand values), then looked up (a few microseconds)
-            key = (wl.key,) + tuple(np.asarray(arrays[int(r[1:])]).tobytes() for r in operand_refs)
-            cached = state["args"].get(key)
-            if cached is None:
-                if len(state["args"]) > 64:
-                    state["args"].clear()
-                cached = state["args"][key] = ([slice_params(arrays, k) for k in slices], tables(arrays) if resizes else ())
-            sl, rzt = cached
-            if rzt is None:
-                warnings.warn(f"{wl.describe()}: resize scales differ from the sizes the kernel was generated "
-                              "for; computed by the NumPy reference")
-                out[...] = wl.reference(list(arrays))
-                return
-            xs = tuple(np.ascontiguousarray(arrays[int(r[1:])], dtype=types[r][1]).reshape(-1) for r in loaded)
-            xs = tuple(a if a.flags.writeable else a.copy() for a in xs)
-            n_ = total if flat else 0
-            parallel_for(funcs["injective"], xs + tuple(sl) + rzt + (out.reshape(-1), n_, RB), threads)
-
-        return Lowered(module, prepare, launch)
+def _slice_function(node, k: int, in_shape, tables):
+    """A Slice's starts/steps from operands that are data: a generated function clamps them as
+    Python's slice.indices does, into the kernel's [start, step] pairs. (function, launch args)."""
+    R = len(in_shape)
+    tables[f"sld{k}"] = np.asarray(in_shape, np.int64)
+    n_in = len(node.inputs)
+    params, args = [Param("starts", "int64[::1]")], [In(int(node.inputs[1][1:]), None, "int64")]
+    ax = f"axes[j] % {R}" if n_in > 3 else "j"
+    if n_in > 3:
+        params.append(Param("axes", "int64[::1]"))
+        args.append(In(int(node.inputs[3][1:]), None, "int64"))
+    if n_in > 4:
+        params.append(Param("steps", "int64[::1]"))
+        args.append(In(int(node.inputs[4][1:]), None, "int64"))
+    params += [Param("dims", "int64[::1]"), Param("sl", "int64[::1]"), Param("t", "int64"), Param("T", "int64")]
+    args.append(Table(f"sld{k}"))
+    body = (For("w", "t", "1", step="T", body=(
+        For("a", "0", str(R), (Assign("sl[2 * a]", "0"), Assign("sl[2 * a + 1]", "1"))),
+        For("j", "0", "starts.shape[0]", (
+            Assign("a", ax), Assign("d", "dims[a]"), Assign("st", "steps[j]" if n_in > 4 else "1"),
+            Assign("lo", "0 if st > 0 else -1"), Assign("hi", "d if st > 0 else d - 1"), Assign("s", "starts[j]"),
+            If("s < 0", (Assign("s", "max(s + d, lo)"),), (Assign("s", "min(s, hi)"),)),
+            Assign("sl[2 * a]", "s"), Assign("sl[2 * a + 1]", "st"),
+        )),
+    )),)
+    return Function(f"slice{k}", tuple(params), body), tuple(args)
 
 
 def _resize_params(nodes, resizes) -> tuple:
@@ -471,36 +516,6 @@ def _resize_params(nodes, resizes) -> tuple:
             if spec.transform == "tf_crop_and_resize":
                 out.append(Param(f"rzo{k}_{a}", "boolean[::1]"))
     return tuple(out)
-
-
-def _resize_tables(node, in_shape, out_shape, plan, operands):
-    """The arrays `_resize_params` names, from the node's roi/scales/sizes; None if they do not
-    fit the code (an axis coded as left alone is resampled, more taps, another output size)."""
-    spec = rz.spec_of(node)
-    got_shape, tabs = rz.tables(node, in_shape, *rz.operands_of(node, operands))
-    if tuple(got_shape) != tuple(out_shape):
-        return None
-    out = []
-    for a, (T, tab) in enumerate(zip(plan, tabs)):
-        if T is None:
-            if tab is not None:
-                return None
-            continue
-        o = out_shape[a]
-        if tab is None:   # left alone by the op: the identity, in the coded number of taps
-            tab = rz.AxisTable(np.arange(o, dtype=np.int64)[:, None], np.ones((o, 1)), None)
-        if tab.index.shape[1] > T:
-            return None
-        idx = np.zeros((o, T), np.int64)
-        w = np.zeros((o, T), np.float32)
-        idx[:, :tab.index.shape[1]] = tab.index
-        w[:, :tab.weight.shape[1]] = tab.weight
-        out.append(idx.reshape(-1))
-        if spec.mode != "nearest":
-            out.append(w.reshape(-1))
-        if spec.transform == "tf_crop_and_resize":
-            out.append(np.zeros(o, bool) if tab.outside is None else np.ascontiguousarray(tab.outside))
-    return out
 
 
 def _inner(var: str, lo: str, hi: str, body: tuple, unroll: int) -> tuple:

@@ -1,9 +1,10 @@
 """MaxPool / AveragePool, NCHW 2-D (kernel, strides, pads, dilations, ceil_mode,
 count_include_pad). GlobalAverage/MaxPool are reductions: see `reduce.py`.
 
-The input is padded once per call into a cached buffer (with -inf for max, 0 for
-average; ceil_mode's extra tail included), so the window loops carry no bounds
-checks; an average divides by a per-output-pixel count computed once per shape.
+Each plane is first written padded into a workspace (-inf for max, 0 for
+average; ceil_mode's extra tail included) by the thread that pools it, so the
+window loops carry no bounds checks (unpadded windows read the input itself);
+an average divides by a per-output-pixel count, a table built while lowering.
 Knobs: `owtile` (code) — output pixels of a row computed together in scalar
 accumulators (SLP-vectorizable; guarded tail); `unroll` (code) — the window
 loops written out; planes per work item and threading are run-time.
@@ -14,12 +15,11 @@ import numpy as np
 
 from ir.ops.nn import _concrete_pads, _windows
 from ir.workload import Workload
-from schedules.epilogue import as_kernel_array
-from schedules.loopnest import UNROLLED, Assign, For, Function, LoopModule, Param
-from schedules.parallel import num_threads, parallel_for
+from schedules.launch import Buffer, Call, In, Launch, Out, Scalar, Table, Work
+from schedules.loopnest import UNROLLED, Assign, For, Function, If, LoopModule, Param
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
-from schedules.template import LegacyLowered as Lowered, Template
+from schedules.template import Lowered, Template
 
 
 def _geo(wl: Workload):
@@ -61,7 +61,6 @@ class PoolTemplate(Template):
         tile, unroll = cfg["owtile"], cfg["unroll"]
 
         def window(r: int):
-            kind = UNROLLED if unroll else "serial"
             upd = (Assign(f"a{r}", f"max(a{r}, xp[pl, ih, iw + {r * SW}])") if is_max
                    else Assign(f"a{r}", f"xp[pl, ih, iw + {r * SW}]", "+"))
             return upd
@@ -79,53 +78,64 @@ class PoolTemplate(Template):
 
         row = (For("owt", "0", f"OW // {tile}", block(tile, f"owt * {tile}")),) + (
             (For("ow", f"(OW // {tile}) * {tile}", "OW", block(1, "ow")),) if tile > 1 else ())
+        N, C, H, W = wl.inputs[0]["shape"]
+        (OH, OW), P = outs, N * C
+        hp = max(H + pads[0] + pads[2] + extra[0], (OH - 1) * SH + (KH - 1) * DH + 1)
+        wp = max(W + pads[1] + pads[3] + extra[1], (OW - 1) * SW + (KW - 1) * DW + 1)
+        padded = (hp, wp) != (H, W)   # else the windows stay inside the input: read it as it is
+        pad = _pad_plane(pads[0], pads[1], is_max) if padded else ()
         body = (
             For("blk", "t", "(P + PB - 1) // PB", step="T", body=(
-                For("pl", "blk * PB", "min(P, blk * PB + PB)", (For("oh", "0", "OH", row),)),
+                For("pl", "blk * PB", "min(P, blk * PB + PB)", pad + (For("oh", "0", "OH", row),)),
             )),
         )
-        params = (Param("xp", "float32[:, :, ::1]"), Param("inv", "float32[:, ::1]"), Param("out", "float32[:, :, ::1]"),
-                  Param("P", "int64"), Param("OH", "int64"), Param("OW", "int64"), Param("PB", "int64"),
-                  Param("t", "int64"), Param("T", "int64"))
+        params = ((Param("x", "float32[:, :, ::1]"),) if padded else ()) + (
+            Param("xp", "float32[:, :, ::1]"), Param("inv", "float32[:, ::1]"), Param("out", "float32[:, :, ::1]"),
+            Param("P", "int64"), Param("H", "int64"), Param("W", "int64"), Param("OH", "int64"), Param("OW", "int64"),
+            Param("PB", "int64"), Param("t", "int64"), Param("T", "int64"))
         module = LoopModule((Function("pool", params, body),),
                             doc=f"pool kernel: {node.op} {KH}x{KW} stride {SH}x{SW} owtile={tile} unroll={unroll}",
                             meta={"template": f"pool v{self.version}"})
-        threads = num_threads() if cfg["parallel"] else 1
-        PB = cfg["PB"]
-        cache = {}
+        x = In(0, (P, H, W), "float32")
+        tables = {"inv": np.ones((1, 1), np.float32) if is_max else _inverse_counts(node, (H, W), (KH, KW))}
+        step = Call("pool", ((x, Work("xp")) if padded else (x,)) + (
+            Table("inv"), Out((P, OH, OW)), *map(Scalar, (P, H, W, OH, OW, cfg["PB"]))),
+            items=-(-P // cfg["PB"]), parallel=cfg["parallel"])
+        work = (Buffer("xp", (P, hp, wp)),) if padded else ()
+        return Lowered(module, Launch((step,), workspaces=work, tables=tables))
 
-        def geometry(shape):
-            if shape not in cache:
-                N, C, H, W = shape
-                st, dl, pd, os_, ex = _concrete_pads(node, [H, W], [KH, KW])
-                hp = max(H + pd[0] + pd[2] + ex[0], (os_[0] - 1) * st[0] + (KH - 1) * dl[0] + 1)
-                wp = max(W + pd[1] + pd[3] + ex[1], (os_[1] - 1) * st[1] + (KW - 1) * dl[1] + 1)
-                xp = np.full((N * C, hp, wp), -np.inf if is_max else 0.0, np.float32)
-                if is_max:
-                    inv = np.ones((1, 1), np.float32)
-                else:
-                    widths = [(0, 0), (0, 0), (pd[0], pd[2] + ex[0]), (pd[1], pd[3] + ex[1])]
-                    ones = np.ones((1, 1, H, W), np.float32)
-                    if node.attrs.get("count_include_pad", 0):
-                        src = np.pad(np.pad(ones, [(0, 0), (0, 0), (pd[0], pd[2]), (pd[1], pd[3])], constant_values=1),
-                                     [(0, 0), (0, 0), (0, ex[0]), (0, ex[1])])
-                    else:
-                        src = np.pad(ones, widths)
-                    count = _windows(src, [KH, KW], st, dl, os_).sum(axis=(-2, -1))[0, 0]
-                    inv = as_kernel_array(1.0 / count)
-                cache.clear()
-                cache[shape] = (xp, inv, pd)
-            return cache[shape]
 
-        def launch(funcs, state, arrays, out):
-            X = as_kernel_array(arrays[0])
-            N, C, H, W = X.shape
-            xp, inv, pd = geometry(X.shape)
-            xp.reshape(N, C, *xp.shape[1:])[:, :, pd[0]:pd[0] + H, pd[1]:pd[1] + W] = X
-            OH, OW = out.shape[2:]
-            parallel_for(funcs["pool"], (xp, inv, out.reshape(N * C, OH, OW), N * C, OH, OW, PB), threads)
+def _inverse_counts(node, hw, kernel) -> np.ndarray:
+    """1 / (input pixels under each output pixel's window), [OH, OW]: what an average divides by."""
+    H, W = hw
+    st, dl, pd, os_, ex = _concrete_pads(node, [H, W], list(kernel))
+    ones = np.ones((1, 1, H, W), np.float32)
+    if node.attrs.get("count_include_pad", 0):
+        src = np.pad(np.pad(ones, [(0, 0), (0, 0), (pd[0], pd[2]), (pd[1], pd[3])], constant_values=1),
+                     [(0, 0), (0, 0), (0, ex[0]), (0, ex[1])])
+    else:
+        src = np.pad(ones, [(0, 0), (0, 0), (pd[0], pd[2] + ex[0]), (pd[1], pd[3] + ex[1])])
+    count = _windows(src, list(kernel), st, dl, os_).sum(axis=(-2, -1))[0, 0]
+    return np.ascontiguousarray(1.0 / count, dtype=np.float32)
 
-        return Lowered(module, lambda funcs, arrays: None, launch)
+
+def _pad_plane(top: int, left: int, is_max: bool) -> tuple:
+    """Plane pl of the padded workspace, all of it: the input at (top, left), the fill (-inf for
+    max, 0 for average) everywhere else (workspaces start undefined). Written by the thread that
+    pools the plane, just before: it is still in cache when the windows read it."""
+    fill = "np.float32(-np.inf)" if is_max else "np.float32(0.0)"
+    return (
+        For("ih", "0", "xp.shape[1]", (
+            Assign("h", f"ih - {top}"),
+            If("h >= 0 and h < H", (
+                For("iw", "0", str(left), (Assign("xp[pl, ih, iw]", fill),)),
+                For("w", "0", "W", (Assign(f"xp[pl, ih, w + {left}]", "x[pl, h, w]"),)),
+                For("iw", f"W + {left}", "xp.shape[2]", (Assign("xp[pl, ih, iw]", fill),)),
+            ), (
+                For("iw", "0", "xp.shape[2]", (Assign("xp[pl, ih, iw]", fill),)),
+            )),
+        )),
+    )
 
 
 register_template(PoolTemplate())

@@ -19,12 +19,11 @@ from ir.graph import Node
 from ir.ops import BROADCAST, ELEMWISE, OPS
 from ir.ops.reduce import _axes
 from ir.workload import Workload
-from schedules.epilogue import as_kernel_array
-from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param
-from schedules.parallel import num_threads, parallel_for
+from schedules.launch import Call, In, Launch, Out, Scalar, Table
+from schedules.loopnest import Alloc, Assign, Comment, For, Function, LoopModule, Param
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
-from schedules.template import LegacyLowered as Lowered, Template
+from schedules.template import Lowered, Template
 
 ROW_OPS = ("Softmax", "LogSoftmax", "LayerNormalization")
 REDUCE_OPS = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min",
@@ -142,42 +141,35 @@ class ReduceTemplate(Template):
             fn = _rows(wl, k, refs, modes, params, kind, lanes, cache)
         module = LoopModule((fn,), doc=f"reduce kernel: {'+'.join(o['op'] for o in wl.ops)} lanes={lanes} cache={cache}",
                             meta={"template": f"reduce v{self.version}"})
-        threads = num_threads() if cfg["parallel"] else 1
-        RB = cfg["RB"]
         ln = op["op"] == "LayerNormalization"
         eps = float(op["attrs"].get("epsilon", 1e-5))
-
-        def affine(arrays, idx, default):
-            if len(op["in"]) <= idx:
-                return np.full(L, default, np.float32)
-            a = np.asarray(arrays[int(op["in"][idx][1:])], np.float32)
-            return as_kernel_array(np.broadcast_to(a, _norm_shape(xshape, L))).reshape(-1)
-
-        def prepare(funcs, arrays):
-            state = {}
-            if ln and all(wl.inputs[int(r[1:])]["const"] for r in op["in"][1:]):
-                state["ln"] = (affine(arrays, 1, 1.0), affine(arrays, 2, 0.0))
-            return state
-
-        def launch(funcs, state, arrays, out):
-            xs = []
-            for r in refs:
-                a = arrays[int(r[1:])]
-                if modes[r] == "full" and tuple(a.shape) != tuple(xshape):
-                    a = np.broadcast_to(a, xshape)
-                xs.append(as_kernel_array(a).reshape(-1))
-            per = [xs[i].size // L if xs[i].size % L == 0 else 0 for i in range(len(refs))]
-            args = tuple(xs)
-            if ln:
-                sc, bi = state["ln"] if "ln" in state else (affine(arrays, 1, 1.0), affine(arrays, 2, 0.0))
-                args += (sc, bi)
-            flat = out.reshape(-1)
-            if inner > 1:
-                parallel_for(funcs["reduce"], args + (flat, rows, L, inner, RB), threads)
+        size = math.prod(xshape)
+        xs = []
+        for r in refs:
+            shape = tuple(wl.inputs[int(r[1:])]["shape"])
+            if modes[r] == "full" and shape != tuple(xshape):   # broadcast to x's shape first
+                xs.append(In(int(r[1:]), (size,), "float32", tuple(xshape)))
             else:
-                parallel_for(funcs["reduce"], args + (flat, rows, L, np.asarray(per, np.int64), eps, RB), threads)
-
-        return Lowered(module, prepare, launch)
+                xs.append(In(int(r[1:]), (math.prod(shape),), "float32"))
+        tables = {}
+        if ln:   # scale and bias over the normalized dims (absent: 1 and 0)
+            for idx, name, default in ((1, "scale", 1.0), (2, "shift", 0.0)):
+                if len(op["in"]) > idx:
+                    xs.append(In(int(op["in"][idx][1:]), (L,), "float32", _norm_shape(xshape, L)))
+                else:
+                    tables[name] = np.full(L, default, np.float32)
+                    xs.append(Table(name))
+        rb = cfg["RB"]
+        out = Out((math.prod(wl.output_shape),))
+        if inner > 1:
+            args = tuple(xs) + (out, Scalar(rows), Scalar(L), Scalar(inner), Scalar(rb))
+        else:
+            # row r of a 'per' input starts at (r % per) * L: per = its size // L
+            tables["per"] = np.asarray([a.shape[0] // L if a.shape[0] % L == 0 else 0 for a in xs[:len(refs)]],
+                                       np.int64)
+            args = tuple(xs) + (out, Scalar(rows), Scalar(L), Table("per"), Scalar(eps, "float64"), Scalar(rb))
+        step = Call("reduce", args, items=-(-rows // rb), parallel=cfg["parallel"])
+        return Lowered(module, Launch((step,), tables=tables))
 
 
 def _norm_shape(xshape, L):

@@ -35,6 +35,9 @@ CASES = {
     "conv_weights_per_call": ("conv2d", lambda: _nonconst_weights(conv_wl(1, 3, 6, 6, 5, k=3, s=1, p=1)),
                               {"algo": "direct", "regtile": "4x16", "order": "oc_px", "parallel": False}),
     "batch_matmul_broadcast": ("batch_matmul", _bmm_wl, {"regtile": "2x16"}),
+    "dense_k_blocked": ("dense", lambda: make_wl([("MatMul", ["i0", "i1"], {}), ("Relu", ["t0"], {})],
+                                                 [((2, 5, 40), "float32", False), ((40, 19), "float32", True)]),
+                        {"regtile": "4x16", "KB": 16}),
 }
 
 

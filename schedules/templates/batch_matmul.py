@@ -66,7 +66,8 @@ class BatchMatmulTemplate(Template):
         # which A and B matrix each output batch reads (NumPy broadcasting of the batch dims)
         tables = {"ia": _batch_index(a_shape[:-2], batch), "ib": _batch_index(b_shape[:-2], batch)}
         extras = tuple(e.arg(wl, nb * M, N, out_shape) for e in epi.extras)
-        n_ib = -(-(-(-M // mr)) // cfg["MB"])
+        n_row_tiles = -(-M // mr)
+        n_ib = -(-n_row_tiles // cfg["MB"])
         call = Call("bmm", (In(0, (_prod(a_shape[:-2]), M, K), "float32"), In(1, (_prod(b_shape[:-2]), K, N), "float32"),
                             Table("ia"), Table("ib"), *extras, Out((nb * M, N)),
                             *(Scalar(v) for v in (nb, M, N, K, cfg["MB"]))),

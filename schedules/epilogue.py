@@ -46,14 +46,19 @@ class Extra:
         return a.reshape(m, n) if self.mode == "full" else a.reshape(-1)
 
 
-    def arg(self, wl, m: int, n: int):
-        """The launch argument that passes this extra: `view` as data (schedules.launch.In)."""
+    def arg(self, wl, m: int, n: int, out_shape: tuple | None = None):
+        """The launch argument that passes this extra: `view` as data (schedules.launch.In).
+        `out_shape`: for `broadcast_full` templates, a full extra of another shape is
+        broadcast to it first (an extra of exactly that shape is passed as it is: no copy)."""
         from schedules.launch import In
+        shape = tuple(int(d) for d in wl.inputs[self.input_index]["shape"])
         size = 1
-        for d in wl.inputs[self.input_index]["shape"]:
-            size *= int(d)
-        return In(self.input_index, (m, n) if self.mode == "full" else (size,),
-                  "bool" if self.dtype == "bool" else "float32")
+        for d in shape:
+            size *= d
+        full = self.mode == "full"
+        broadcast = tuple(out_shape) if full and out_shape is not None and shape != tuple(out_shape) else None
+        return In(self.input_index, (m, n) if full else (size,), "bool" if self.dtype == "bool" else "float32",
+                  broadcast)
 
 
 def as_kernel_array(a: np.ndarray) -> np.ndarray:

@@ -34,6 +34,9 @@ def _cases():
         "batch_matmul_2x16": ("batch_matmul", make_wl([("MatMul", ["i0", "i1"], {})],
                                                       [((2, 5, 3), "float32", False), ((2, 3, 7), "float32", False)]),
                               {"regtile": "2x16"}),
+        "dense_4x16": ("dense", make_wl([("MatMul", ["i0", "i1"], {}), ("Add", ["t0", "i2"], {}), ("Relu", ["t1"], {})],
+                                        [((5, 19), "float32", False), ((19, 37), "float32", True),
+                                         ((37,), "float32", True)]), {"regtile": "4x16", "order": "ji"}),
     }
 
 

@@ -5,7 +5,7 @@ with a fused elementwise epilogue (scale, mask add...).
 Like dense, full MR x NR tiles run a register tile of scalar locals (SLP-vectorized
 along N, where B rows are contiguous); neither operand is constant, so nothing is
 packed: A is read in place, B rows directly. Remainder rows and columns run a
-scalar loop (guarded tail). Batch-broadcast index maps are computed at launch.
+scalar loop (guarded tail). Batch-broadcast index maps are tables computed while lowering.
 Knobs: `regtile` (code); row tiles per work item `MB` and threading (run-time).
 """
 from __future__ import annotations
@@ -13,15 +13,15 @@ from __future__ import annotations
 import numpy as np
 
 from ir.workload import Workload
-from schedules.epilogue import Epilogue, as_kernel_array, parse_epilogue
+from schedules.epilogue import Epilogue, parse_epilogue
+from schedules.launch import Call, In, Launch, Out, Scalar, Table
 from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param
-from schedules.parallel import num_threads, parallel_for
+from schedules.microkernel import F0, k_range, register_tile
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
-from schedules.template import LegacyLowered as Lowered, Template
+from schedules.template import Lowered, Template
 
 REG_TILES = ("2x16", "4x16", "4x32", "8x16")
-F0 = "np.float32(0.0)"
 
 
 def _epilogue(wl: Workload) -> Epilogue | None:
@@ -57,28 +57,35 @@ class BatchMatmulTemplate(Template):
         mr, nr = (int(v) for v in cfg["regtile"].split("x"))
         module = LoopModule((_kernel(mr, nr, epi),), doc=f"batch_matmul kernel: regtile={mr}x{nr}, "
                             f"epilogue {[st[0]['op'] for st in epi.steps]}", meta={"template": f"batch_matmul v{self.version}"})
-        threads = num_threads() if cfg["parallel"] else 1
-        MB = cfg["MB"]
+        a_shape, b_shape = (tuple(int(d) for d in wl.inputs[i]["shape"]) for i in (0, 1))
+        out_shape = tuple(int(d) for d in wl.output_shape)
+        M, K = a_shape[-2:]
+        N = b_shape[-1]
+        batch = out_shape[:-2]
+        nb = _prod(batch)
+        # which A and B matrix each output batch reads (NumPy broadcasting of the batch dims)
+        tables = {"ia": _batch_index(a_shape[:-2], batch), "ib": _batch_index(b_shape[:-2], batch)}
+        extras = tuple(e.arg(wl, nb * M, N, out_shape) for e in epi.extras)
+        n_row_tiles = -(-M // mr)
+        n_ib = -(-n_row_tiles // cfg["MB"])
+        call = Call("bmm", (In(0, (_prod(a_shape[:-2]), M, K), "float32"), In(1, (_prod(b_shape[:-2]), K, N), "float32"),
+                            Table("ia"), Table("ib"), *extras, Out((nb * M, N)),
+                            *(Scalar(v) for v in (nb, M, N, K, cfg["MB"]))),
+                    items=nb * n_ib, parallel=cfg["parallel"])
+        return Lowered(module, Launch((call,), tables=tables))
 
-        def launch(funcs, state, arrays, out):
-            A, B = as_kernel_array(arrays[0]), as_kernel_array(arrays[1])
-            M, K = A.shape[-2:]
-            N = B.shape[-1]
-            batch = out.shape[:-2]
-            nb = int(np.prod(batch)) if batch else 1
-            ia = np.broadcast_to(np.arange(int(np.prod(A.shape[:-2]))).reshape(A.shape[:-2]), batch).reshape(-1)
-            ib = np.broadcast_to(np.arange(int(np.prod(B.shape[:-2]))).reshape(B.shape[:-2]), batch).reshape(-1)
-            extras = []
-            for e in epi.extras:
-                x = arrays[e.input_index]
-                if e.mode == "full":
-                    x = np.broadcast_to(x, out.shape)
-                extras.append(e.view(x, nb * M, N))
-            parallel_for(funcs["bmm"], (A.reshape(-1, M, K), B.reshape(-1, K, N), np.array(ia, np.int64),
-                                        np.array(ib, np.int64), *extras, out.reshape(nb * M, N),
-                                        nb, M, N, K, MB), threads)
 
-        return Lowered(module, lambda funcs, arrays: None, launch)
+def _prod(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+def _batch_index(dims: tuple, batch: tuple) -> np.ndarray:
+    """For each batch of the output (flattened), the flat index of the operand's matrix
+    (a writeable copy: numba signatures take no read-only arrays)."""
+    return np.array(np.broadcast_to(np.arange(_prod(dims)).reshape(dims), batch).reshape(-1), np.int64)
 
 
 def _store(epi: Epilogue, value: str) -> tuple:
@@ -88,17 +95,10 @@ def _store(epi: Epilogue, value: str) -> tuple:
 
 
 def _kernel(mr: int, nr: int, epi: Epilogue) -> Function:
-    acc = [[f"c{r}_{q}" for q in range(nr)] for r in range(mr)]
-    k_body = tuple(Assign(f"a{r}", f"Ab[i0 + {r}, k]") for r in range(mr)) \
-        + tuple(Assign(f"b{q}", f"Bb[k, j0 + {q}]") for q in range(nr)) \
-        + tuple(Assign(acc[r][q], f"a{r} * b{q}", "+") for r in range(mr) for q in range(nr))
-    tile = (
-        Assign("j0", f"jt * {nr}"),
-        *(Assign(acc[r][q], F0) for r in range(mr) for q in range(nr)),
-        For("k", "0", "K", k_body),
-        *(Assign(f"ct[{r}, {q}]", acc[r][q]) for r in range(mr) for q in range(nr)),
-        For("r", "0", str(mr), (Assign("i", "i0 + r"), For("q", "0", str(nr), (Assign("j", "j0 + q"),) + _store(epi, "ct[r, q]")))),
-    )
+    store = (Assign("i", "i0 + r"), For("q", "0", str(nr), (Assign("j", "j0 + q"),) + _store(epi, "ct[r, q]")))
+    tile = (Assign("j0", f"jt * {nr}"),) + register_tile(
+        mr, nr, lambda r: f"Ab[i0 + {r}, k]", lambda q: f"Bb[k, j0 + {q}]", k_range("0", "K"), store,
+        comment=f"{mr}x{nr} register tile (rows x columns), SLP-vectorized along the contiguous B rows")
     scalar = (
         Assign("s", F0),
         For("k", "0", "K", (Assign("s", "Ab[i, k] * Bb[k, j]", "+"),)),

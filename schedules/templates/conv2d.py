@@ -11,10 +11,14 @@ locals is SLP-vectorized along the channels. Two algorithms:
 - `im2col`: pixels of the flattened output plane are packed into `Ap[tile, k, 0:MR]`
   panels first (tiles cross rows, so narrow late layers waste no lanes).
 
-Kernel size, strides and dilations are code constants; sizes of the tensors are
-run-time arguments, so layers of equal geometry share a compile. Block sizes
-(output-channel tiles and pixel tiles per work item) and threading are run-time
-knobs too.
+Kernel size, strides and dilations are code constants; sizes of the tensors (and
+pads) are run-time arguments, so layers of equal geometry share a compile. Block
+sizes (output-channel tiles and pixel tiles per work item) and threading are
+run-time knobs too.
+
+The launch: `pack_w` (at prepare for constant weights), `pad` (the input into a
+zero-bordered workspace, when pads or the direct tiles' overrun need one), then
+`conv` (direct), or per (image, group) `pack_a` + `gemm` (im2col).
 """
 from __future__ import annotations
 
@@ -22,15 +26,15 @@ import numpy as np
 
 from ir.ops.nn import _concrete_pads
 from ir.workload import Workload
-from schedules.epilogue import Epilogue, as_kernel_array, parse_epilogue
-from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param
-from schedules.parallel import num_threads, parallel_for
+from schedules.epilogue import Epilogue, parse_epilogue
+from schedules.launch import Buffer, Call, In, Launch, Out, Packed, Repeat, Scalar, Table, Var, Work
+from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param
+from schedules.microkernel import F0, k_range, register_tile
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
-from schedules.template import LegacyLowered as Lowered, Template
+from schedules.template import Lowered, Template
 
 REG_TILES = ("4x16", "8x16", "4x32", "8x32")
-F0 = "np.float32(0.0)"
 
 
 def _geometry(wl: Workload):
@@ -86,82 +90,118 @@ class Conv2dTemplate(Template):
         epi = _epilogue(wl)
         mr, nr = (int(v) for v in cfg["regtile"].split("x"))
         algo, order = cfg["algo"], cfg["order"]
-        has_bias = len(wl.ops[0]["in"]) == 3
-        funcs = (_direct(mr, nr, order, geo, epi),) if algo == "direct" else (_pack_im2col(mr, geo), _gemm(mr, nr, order, epi))
+        funcs = (_pack_w(nr), _pad())
+        funcs += (_direct(mr, nr, order, geo, epi),) if algo == "direct" else (_pack_im2col(mr, geo), _gemm(mr, nr, order, epi))
         module = LoopModule(funcs, doc=f"conv2d kernel: {algo} regtile={mr}x{nr} order={order} "
                             f"kernel={geo['KH']}x{geo['KW']} stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
                             f"epilogue {[st[0]['op'] for st in epi.steps]}",
                             meta={"template": f"conv2d v{self.version}"})
-        threads = num_threads() if cfg["parallel"] else 1
-        OCB, PB = cfg["OCB"], cfg["PB"]
+        par, OCB, PB = cfg["parallel"], cfg["OCB"], cfg["PB"]
         G, KH, KW = geo["G"], geo["KH"], geo["KW"]
-        OC = wl.inputs[1]["shape"][0]
-        out_shape = tuple(wl.output_shape)
+        N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
+        OC = int(wl.inputs[1]["shape"][0])
+        OH, OW = (int(d) for d in wl.output_shape[2:])
+        Cg, OCg = C // G, OC // G
+        K, n_oct = Cg * KH * KW, -(-OCg // nr)
+        n_ob = -(-n_oct // OCB)
 
-        def pack_w(W):
-            W = np.asarray(W, np.float32)
-            ocg = OC // G
-            n_oct = -(-ocg // nr)
-            k = W.shape[1] * KH * KW
-            Wg = np.zeros((G, n_oct * nr, k), np.float32)
-            Wg[:, :ocg] = W.reshape(G, ocg, k)
-            return np.ascontiguousarray(Wg.reshape(G, n_oct, nr, k).transpose(0, 1, 3, 2))
+        # weights -> Wp[g, oc_tile, k, 0:NR]: depends on the weight shape only, so constant
+        # weights are packed once and shared by every shape of the signature
+        wp = Buffer("Wp", (G, n_oct, K, nr))
+        w_const = wl.inputs[1]["const"]
+        pack_w = Call("pack_w", (In(1, (OC, K), "float32"), Packed("Wp") if w_const else Work("Wp"),
+                                 Scalar(G), Scalar(OCg), Scalar(K)), items=G * n_oct, parallel=par)
+        tables = {}
+        if len(wl.ops[0]["in"]) == 3:
+            bias = In(2, (OC,), "float32")
+        else:   # one code for convs with and without bias: these add zeros
+            tables["bias0"] = np.zeros(OC, np.float32)
+            bias = Table("bias0")
+        extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
 
-        def prepare(funcs_, arrays):
-            state = {"Wp": pack_w(arrays[1]) if wl.inputs[1]["const"] else None, "xp": {}}
-            if has_bias and wl.inputs[2]["const"]:
-                state["bias"] = as_kernel_array(arrays[2]).reshape(-1)
-            return state
-
-        def padded(state, X, OH, OW, n_owt):
-            N, C, H, W = X.shape
-            hp = max(H + geo["PT"], (OH - 1) * geo["SH"] + (KH - 1) * geo["DH"] + 1)
-            ow_need = n_owt * mr if algo == "direct" else OW
-            wp = max(W + geo["PL"], (ow_need - 1) * geo["SW"] + (KW - 1) * geo["DW"] + 1)
-            if (hp, wp) == (H, W) and geo["PT"] == geo["PL"] == 0:
-                return X
-            key = (N, C, hp, wp)
-            if key not in state["xp"]:
-                state["xp"] = {key: np.zeros(key, np.float32)}
-            Xp = state["xp"][key]
-            Xp[:, :, geo["PT"]:geo["PT"] + H, geo["PL"]:geo["PL"] + W] = X
-            return Xp
-
-        def launch(funcs_, state, arrays, out):
-            X = as_kernel_array(arrays[0])
-            N, C = X.shape[:2]
-            OH, OW = out.shape[2:]
-            Wp = state["Wp"] if state["Wp"] is not None else pack_w(arrays[1])
-            bias = state.get("bias")
-            if bias is None:
-                bias = as_kernel_array(arrays[2]).reshape(-1) if has_bias else np.zeros(OC, np.float32)
-            extras = []
-            for e in epi.extras:
-                a = arrays[e.input_index]
-                if e.mode == "full":
-                    a = np.broadcast_to(a, out.shape)
-                extras.append(e.view(a, N * OC, OH * OW))
-            Xp = padded(state, X, OH, OW, -(-OW // mr))
-            if algo == "direct":
-                parallel_for(funcs_["conv"], (Xp, Wp, bias, *extras, out, N, C, OC, G, OH, OW, OCB, PB), threads)
-                return
-            K = (C // G) * KH * KW
+        # the input, zero-padded to what the tiles read (direct tiles run MR pixels past OW)
+        hp = max(H + geo["PT"], (OH - 1) * geo["SH"] + (KH - 1) * geo["DH"] + 1)
+        ow_need = -(-OW // mr) * mr if algo == "direct" else OW
+        wpad = max(W + geo["PL"], (ow_need - 1) * geo["SW"] + (KW - 1) * geo["DW"] + 1)
+        x = In(0, (N, C, H, W), "float32")
+        work, steps = [], []
+        if not w_const:
+            work.append(wp)
+            steps.append(pack_w)
+        if (hp, wpad) != (H, W) or geo["PT"] or geo["PL"]:
+            work.append(Buffer("Xp", (N, C, hp, wpad)))
+            steps.append(Call("pad", (x, Work("Xp"), *(Scalar(v) for v in (N, C, H, W, hp, wpad, geo["PT"], geo["PL"]))),
+                              items=N * C, parallel=par))
+            x = Work("Xp")
+        w = pack_w.args[1]
+        if algo == "direct":
+            steps.append(Call("conv", (x, w, bias, *extras, Out(), *(Scalar(v) for v in (N, C, OC, G, OH, OW, OCB, PB))),
+                              items=N * G * n_ob * -(-OH // PB), parallel=par))
+        else:
             P = OH * OW
-            Ap = np.empty((-(-P // mr), K, mr), np.float32)
-            for n in range(N):
-                for g in range(G):
-                    parallel_for(funcs_["pack_a"], (Xp, Ap, n, g, C // G, OW, P), threads)
-                    parallel_for(funcs_["gemm"], (Ap, Wp, bias, *extras, out, n, g, C, OC, G, OH, OW, OCB, PB), threads)
+            n_pt = -(-P // mr)
+            work.append(Buffer("Ap", (n_pt, K, mr)))
+            per_group = (
+                Call("pack_a", (x, Work("Ap"), Var("n"), Var("g"), Scalar(Cg), Scalar(OW), Scalar(P)),
+                     items=n_pt, parallel=par),
+                Call("gemm", (Work("Ap"), w, bias, *extras, Out(), Var("n"), Var("g"),
+                              *(Scalar(v) for v in (C, OC, G, OH, OW, OCB, PB))),
+                     items=n_ob * -(-n_pt // PB), parallel=par),
+            )
+            steps.append(Repeat("n", N, (Repeat("g", G, per_group),)))
+        prepare = (pack_w,) if w_const else ()
+        return Lowered(module, Launch(tuple(steps), prepare=prepare, packed=(wp,) if w_const else (),
+                                      workspaces=tuple(work), tables=tables))
 
-        return Lowered(module, prepare, launch)
+
+def _pack_w(nr: int) -> Function:
+    """W[OC, K] (K = C/G * KH * KW) into NR-channel panels Wp[g, oc_tile, k, 0:NR], zeros past
+    the group's channels; thread t of T packs panels t, t+T, ..."""
+    body = (
+        Assign("n_oct", f"(OCg + {nr - 1}) // {nr}"),
+        For("it", "t", "G * n_oct", step="T", body=(
+            Assign("g", "it // n_oct"), Assign("oct", "it % n_oct"),
+            For("k", "0", "K", (
+                For("q", "0", str(nr), (
+                    Assign("oc", f"oct * {nr} + q"),
+                    If("oc < OCg", (Assign("Wp[g, oct, k, q]", "W[g * OCg + oc, k]"),),
+                       (Assign("Wp[g, oct, k, q]", F0),)),
+                )),
+            )),
+        )),
+    )
+    params = (Param("W", "float32[:, ::1]"), Param("Wp", "float32[:, :, :, ::1]")) + tuple(
+        Param(n, "int64") for n in ("G", "OCg", "K", "t", "T"))
+    return Function("pack_w", params, body)
+
+
+def _pad() -> Function:
+    """X[N, C, H, W] into the workspace Xp[N, C, HP, WP] at offset (PT, PL), every other element
+    zero (a workspace holds garbage when a call starts); thread t of T writes planes t, t+T, ...
+    The row copy goes through views indexed from 0: with `Xp[..., PL + iw]` numba's
+    negative-index wraparound keeps LLVM from vectorizing it (4-6x slower, measured)."""
+    row = (
+        For("iw", "0", "PL", (Assign("Xp[n, c, ih, iw]", F0),)),
+        Assign("dst", "Xp[n, c, ih, PL:PL + W]"), Assign("src", "X[n, c, h]"),
+        For("iw", "0", "W", (Assign("dst[iw]", "src[iw]"),)),
+        For("iw", "PL + W", "WP", (Assign("Xp[n, c, ih, iw]", F0),)),
+    )
+    body = (
+        For("p", "t", "N * C", step="T", body=(
+            Assign("n", "p // C"), Assign("c", "p % C"),
+            For("ih", "0", "HP", (
+                Assign("h", "ih - PT"),
+                If("h >= 0 and h < H", row, (For("iw", "0", "WP", (Assign("Xp[n, c, ih, iw]", F0),)),)),
+            )),
+        )),
+    )
+    params = (Param("X", "float32[:, :, :, ::1]"), Param("Xp", "float32[:, :, :, ::1]")) + tuple(
+        Param(n, "int64") for n in ("N", "C", "H", "W", "HP", "WP", "PT", "PL", "t", "T"))
+    return Function("pad", params, body)
 
 
 def _tile(mr: int, nr: int, a_load, k_loops, epi: Epilogue, pixel) -> tuple:
-    """The MR x NR register tile: zero, accumulate over k (k_loops wraps the body), store."""
-    acc = [[f"c{r}_{q}" for q in range(nr)] for r in range(mr)]
-    body = tuple(Assign(f"a{r}", a_load(r)) for r in range(mr)) \
-        + tuple(Assign(f"b{q}", f"Wk[k, {q}]") for q in range(nr)) \
-        + tuple(Assign(acc[r][q], f"a{r} * b{q}", "+") for r in range(mr) for q in range(nr))
+    """The MR x NR register tile (pixels x output channels): B is the weight panel Wk[k, 0:NR]."""
     assigns, result = epi.emit("v", "n * OC + oc", "oh * OW + ow", "e", c="oc")
     store = pixel + (
         If("ok", (
@@ -171,11 +211,9 @@ def _tile(mr: int, nr: int, a_load, k_loops, epi: Epilogue, pixel) -> tuple:
             ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("out[n, oc, oh, ow]", result),)),
         )),
     )
-    return (Assign("Wk", "Wp[g, oct]"),) + tuple(Assign(acc[r][q], F0) for r in range(mr) for q in range(nr)) + (
-        Comment(f"{mr}x{nr} register tile (pixels x output channels), SLP-vectorized along channels"),
-    ) + k_loops(body) + tuple(Assign(f"ct[{r}, {q}]", acc[r][q]) for r in range(mr) for q in range(nr)) + (
-        For("r", "0", str(mr), store),
-    )
+    return (Assign("Wk", "Wp[g, oct]"),) + register_tile(
+        mr, nr, a_load, lambda q: f"Wk[k, {q}]", k_loops, store,
+        comment=f"{mr}x{nr} register tile (pixels x output channels), SLP-vectorized along channels")
 
 
 def _params(epi: Epilogue, first: tuple) -> tuple:
@@ -255,11 +293,8 @@ def _pack_im2col(mr: int, geo: dict) -> Function:
 
 
 def _gemm(mr: int, nr: int, order: str, epi: Epilogue) -> Function:
-    def k_loops(body):
-        return (For("k", "0", "K", body),)
-
     pixel = (Assign("p", f"pt * {mr} + r"), Assign("ok", "p < P"), Assign("oh", "p // OW"), Assign("ow", "p % OW"))
-    tile = (Assign("Apt", "Ap[pt]"),) + _tile(mr, nr, lambda r: f"Apt[k, {r}]", k_loops, epi, pixel)
+    tile = (Assign("Apt", "Ap[pt]"),) + _tile(mr, nr, lambda r: f"Apt[k, {r}]", k_range("0", "K"), epi, pixel)
     body = (
         Assign("Cg", "C // G"), Assign("OCg", "OC // G"), Assign("K", "Ap.shape[1]"), Assign("P", "OH * OW"),
         Assign("n_oct", f"(OCg + {nr - 1}) // {nr}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
-from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param
 from schedules.launch import Buffer, Call, In, Launch, Library, Out, Packed, Scalar, Work
+from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param
+from schedules.microkernel import k_range, register_tile
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob, split_options
 from schedules.template import Lowered, Template
@@ -159,10 +160,6 @@ def _pack_b(nr: int) -> Function:
 def _micro_kernel(mr: int, nr: int, epi: Epilogue) -> tuple:
     """Register tile over one K block, then a compact (not unrolled) store loop:
     partial sums of earlier K blocks live in Cp, the epilogue runs on the last block."""
-    acc = [[f"c{r}_{c}" for c in range(nr)] for r in range(mr)]
-    k_body = tuple(Assign(f"a{r}", f"Ap[it, k, {r}]") for r in range(mr)) \
-        + tuple(Assign(f"b{c}", f"Bp[jt, k, {c}]") for c in range(nr)) \
-        + tuple(Assign(acc[r][c], f"a{r} * b{c}", "+") for r in range(mr) for c in range(nr))
     assigns, result = epi.emit("v", "i", "j", "e")
     store = (
         Assign("i", "i0 + r"),
@@ -176,14 +173,9 @@ def _micro_kernel(mr: int, nr: int, epi: Epilogue) -> tuple:
             )),
         )),
     )
-    return (
-        Assign("i0", f"it * {mr}"), Assign("j0", f"jt * {nr}"),
-    ) + tuple(Assign(acc[r][c], F0) for r in range(mr) for c in range(nr)) + (
-        Comment(f"{mr}x{nr} register tile: scalar accumulators that LLVM's SLP pass vectorizes"),
-        For("k", "k0", "k1", k_body),
-    ) + tuple(Assign(f"ct[{r}, {c}]", acc[r][c]) for r in range(mr) for c in range(nr)) + (
-        For("r", "0", str(mr), store),
-    )
+    return (Assign("i0", f"it * {mr}"), Assign("j0", f"jt * {nr}")) + register_tile(
+        mr, nr, lambda r: f"Ap[it, k, {r}]", lambda c: f"Bp[jt, k, {c}]", k_range("k0", "k1"), store,
+        comment=f"{mr}x{nr} register tile: scalar accumulators that LLVM's SLP pass vectorizes")
 
 
 def _blocks(mr: int, nr: int, order: str, epi: Epilogue) -> Function:

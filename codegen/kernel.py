@@ -20,7 +20,7 @@ from codegen.backend import Artifact, Backend, get_backend
 from ir.workload import Workload
 from schedules.launch import Call, In, Library, Out, Packed, Repeat, Scalar, Table, Var, Work
 from schedules.space import Config
-from schedules.template import LegacyLowered, Lowered, Template
+from schedules.template import Lowered, Template
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,6 @@ class Prepared:
     inputs (made on first use, keyed by their `In`, so every shape's launch shares them)."""
     packed: dict = field(default_factory=dict)
     views: dict = field(default_factory=dict)
-    legacy: object = None
 
 
 def _functions(kernel: Kernel, backend: Backend) -> dict:
@@ -66,10 +65,7 @@ def _functions(kernel: Kernel, backend: Backend) -> dict:
 def prepare(kernel: Kernel, arrays: list, backend: Backend | str | None = None) -> Prepared:
     backend = get_backend(backend)
     fns = _functions(kernel, backend)
-    low = kernel.lowered
-    if isinstance(low, LegacyLowered):
-        return Prepared(legacy=low.prepare(fns, arrays))
-    launch = low.launch
+    launch = kernel.lowered.launch
     p = Prepared({b.name: backend.empty(b.shape, b.dtype) for b in launch.packed})
     consts = [a if spec["const"] else None for a, spec in zip(arrays, kernel.workload.inputs)]
     env = _Env(kernel, backend, p, consts, None, {}, {}, _tables(launch, backend))
@@ -150,13 +146,11 @@ class BoundKernel:
         self.backend = get_backend(backend)
         self.functions = _functions(kernel, self.backend)
         self._own_work: dict | None = None
-        low = kernel.lowered
-        self._tables = {} if isinstance(low, LegacyLowered) else _tables(low.launch, self.backend)
+        self._tables = _tables(kernel.lowered.launch, self.backend)
 
     @property
     def workspaces(self) -> tuple:
-        low = self.kernel.lowered
-        return () if isinstance(low, LegacyLowered) else low.launch.workspaces
+        return self.kernel.lowered.launch.workspaces
 
     def __call__(self, arrays: list, out: np.ndarray | None = None, work: dict | None = None) -> np.ndarray:
         """Run on `arrays` into `out` (allocated when None). `work`: name -> array of each
@@ -165,9 +159,6 @@ class BoundKernel:
             wl = self.kernel.workload
             out = self.backend.empty(wl.output_shape, wl.output_dtype)
         low = self.kernel.lowered
-        if isinstance(low, LegacyLowered):
-            low.launch(self.functions, self.state.legacy, arrays, out)
-            return out
         if work is None:
             if self._own_work is None:
                 self._own_work = {b.name: self.backend.empty(b.shape, b.dtype) for b in low.launch.workspaces}

@@ -10,7 +10,7 @@ them where that reads better than writing the final nest by hand:
 - `reorder(stmts, outer, inner)`: swap two perfectly nested loops.
 - `fuse(stmts, outer, inner, fused)`: two perfectly nested loops from 0 -> one loop.
 - `parallel(stmts, var, mode)`: thread-strided (`t, t+T, ...`: copies run by
-  `schedules.parallel.parallel_for`) or `prange`.
+  the cpu backend's `parallel_for`) or `prange`.
 - `unroll(stmts, var)`: codegen repeats the body with the variable replaced by constants.
 - `cache_write(stmts, var, target, acc)`: accumulate `target` in a local scalar
   across loop `var`, store once after it.
@@ -130,7 +130,7 @@ def fuse(stmts, outer: str, inner: str, fused: str | None = None) -> tuple:
 
 
 def parallel(stmts, var: str, mode: str = "threads", t: str = "t", T: str = "T") -> tuple:
-    """mode="threads": iterations t, t+T, ... (the function takes t and T; run by parallel_for);
+    """mode="threads": iterations t, t+T, ... (the function takes t and T; the backend runs its copies);
     mode="prange": numba's prange (outermost loop of a parallel=True function)."""
     def rewrite(loop: For):
         if mode == "prange":

@@ -44,12 +44,3 @@ class Template(abc.ABC):
         """Apply `cfg`: the loop module, and a launch description whose run-time knobs are
         scalar arguments (candidates that differ only in them share one compile)."""
 
-
-@dataclass(frozen=True)
-class LegacyLowered:
-    """TRANSITIONAL (removed when every template describes its launch): closures that
-    prepare and launch by themselves, on the CPU only."""
-
-    module: LoopModule
-    prepare: object
-    launch: object

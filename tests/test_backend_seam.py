@@ -118,8 +118,7 @@ def test_header_gives_numba_math_semantics():
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_family_on_interp_matches_cpu(family):
-    """Templates still on `LegacyLowered` closures call the loaded functions through
-    `codegen.cpu.parallel_for`; converted ones (dense) go through `InterpBackend.call`."""
+    """Every family's launch runs through `InterpBackend.call` (no template starts threads)."""
     make, knobs = FAMILIES[family]
     wl, template = make(), get_template(family)
     assert template.matches(wl)

@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from schedules.loopnest import Alloc, Assign, For, If, UNROLLED
-from schedules.parallel import num_threads
+from ir.settings import current
 from schedules.space import Config, ConfigSpace
 
 L1, L2 = 32 * 1024, 1024 * 1024   # bytes per core (Zen 4; only ratios enter the features)
@@ -105,7 +105,7 @@ class Featurizer:
     def __init__(self, template, workload, space: ConfigSpace | None = None, threads: int | None = None):
         self.template, self.workload = template, workload
         self.space = space or template.space(workload)
-        self.threads = threads or num_threads()
+        self.threads = threads or current().num_threads
         self.m, self.n, self.k = problem_sizes(workload)
         self.problem = [_log2(self.m), _log2(self.n), _log2(self.k), _log2(workload.flops()),
                         float(len(workload.ops))]

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from codegen import get_backend
 from schedules import get_template
-from schedules.parallel import num_threads
+from ir.settings import current
 from tuner.measure import jobs
 from tuner.measure.base import Builder, BuildResult, Runner
 from tuner.measure.result import (BUILD_TIMEOUT, COMPILE_ERROR, OK, RUN_TIMEOUT, RUNTIME_ERROR, WORKER_DIED,
@@ -35,7 +35,7 @@ def source_key(inp: MeasureInput) -> str:
 class LocalBuilder(Builder):
     def __init__(self, n_workers: int | None = None, timeout: float = 120.0):
         self.timeout = timeout
-        self.workers = [Worker({"NUMBA_NUM_THREADS": "1"}) for _ in range(n_workers or num_threads())]
+        self.workers = [Worker({"NUMBA_NUM_THREADS": "1"}) for _ in range(n_workers or current().num_threads)]
         # threads that live as long as the builder: a worker dies with the thread that started it
         # (PR_SET_PDEATHSIG), so they must not come and go with each batch
         self._pool = ThreadPoolExecutor(len(self.workers), thread_name_prefix="builder")

@@ -19,7 +19,7 @@ from runtime.plan import Plan, PlanEntry, PlanError
 def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu",
          strict: bool = False, max_programs: int = MAX_PROGRAMS, fallback: str | None = None,
          plugins=(), settings=None) -> CompiledModel:
-    """Load an ONNX model (path or ModelProto) with kernels from a database URL/`Database`
+    """Load an ONNX model (path, ModelProto, or an imported `ir.Graph`) with kernels from a database URL/`Database`
     or a plan (path or `Plan`); neither means default configs for every subgraph.
 
     `dims` declares ranges of dynamic dims: {"batch": (1, 64)} or DimRange values.
@@ -51,7 +51,9 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
                 raise PlanError(msg)
             warnings.warn(msg + "; running default configs")
             plan = None
-    graph = simplify(import_onnx(model, ranges or None))
+    from ir.graph import Graph
+    # an imported graph (the tuner's, already simplified) is used as is: the model is read once
+    graph = model if isinstance(model, Graph) else simplify(import_onnx(model, ranges or None))
     if db is not None and not hasattr(db, "best"):
         from database import Database
         db = Database(db)

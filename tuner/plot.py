@@ -108,3 +108,15 @@ def draw(conv: Convergence, path, title: str = "") -> None:
         fig.savefig(str(path), format="png")
     except OSError as e:
         raise PlotError(f"cannot write the plot to {path}: {e.strerror or e}") from None
+
+
+def records_for_model(db, model, dims: list[str] | None = None, shapes: list[str] | None = None,
+                      target: str | None = None) -> list[tuple[str, int, list]]:
+    """(task name, weight, its records in insertion order) for every task of `model` at the
+    shape points `shapes` (`--shape` flags; `dims`: `--dim` flags), as `tune` extracts them."""
+    from ir import import_onnx, simplify
+    from ir.shapes import parse_dim_ranges, parse_shape_points
+    from tuner.task import extract_tasks, shape_points
+    graph = simplify(import_onnx(model, parse_dim_ranges(dims)))
+    tasks, _ = extract_tasks(graph, shape_points(graph.dims, parse_shape_points(shapes)))
+    return [(t.name, t.weight, db.records(workload_key=t.workload.key, target_key=target)) for t in tasks]

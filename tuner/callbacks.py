@@ -108,6 +108,8 @@ class JsonLog(MeasureCallback):
                    compiles=b.compiles, build_s=round(b.build_s, 3), run_s=round(b.run_s, 3))
 
     def on_end(self, ctx):
+        if self.f is None:
+            return
         reps = ctx.reports
         self.write(event="end", stopped=getattr(reps, "stopped", ""), timing=reps.timing.to_json(),
                    estimated_latency=estimated_latency(reps),

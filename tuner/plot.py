@@ -90,7 +90,9 @@ def draw(conv: Convergence, path, title: str = "") -> None:
         xs, ys = conv.task_series(j)
         pts = [(x, y * 1e3) for x, y in zip(xs, ys) if y is not None]
         if pts:
-            ax.step(*zip(*pts), where="post", marker=".", markersize=3, label=f"{conv.weights[j]}x {name}"[:70])
+            line, = ax.step(*zip(*pts), where="post", marker=".", markersize=3, label=f"{conv.weights[j]}x {name}"[:70])
+            if pts[-1][0] < len(conv.order):   # no more trials for this task: its best holds to the end
+                ax.plot([pts[-1][0], len(conv.order)], [pts[-1][1]] * 2, ls=":", color=line.get_color())
     ax.set_ylabel("best latency per task (ms)")
     ax.set_title(title or "convergence")
     ax.grid(True, alpha=0.3)

@@ -135,7 +135,6 @@ def to_record(r: MeasureResult, target: Target, strategy: str, template_version:
                   spread=r.spread, error=r.error[:2000], compile_s=r.compile_s, strategy=strategy, flops=wl.flops())
 
 
-
 class TuneContext:
     """The state of one `tune_tasks` call, as measure callbacks see it: `reports`, `db`,
     `opts`, `target`, `settings`, `scheduler`, `strategies` (per task), `owner` (of the

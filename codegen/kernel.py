@@ -72,18 +72,18 @@ def prepare(kernel: Kernel, arrays: list, backend: Backend | str | None = None) 
     launch = low.launch
     p = Prepared({b.name: backend.empty(b.shape, b.dtype) for b in launch.packed})
     consts = [a if spec["const"] else None for a, spec in zip(arrays, kernel.workload.inputs)]
-    env = _Env(kernel, backend, p, consts, None, {}, {})
+    env = _Env(kernel, backend, p, consts, None, {}, {}, _tables(launch, backend))
     _run(backend, fns, launch.prepare, env)
     return p
 
 
 class _Env:
     """Resolves launch arguments to arrays for one call."""
-    __slots__ = ("kernel", "backend", "prepared", "arrays", "out", "work", "vars")
+    __slots__ = ("kernel", "backend", "prepared", "arrays", "out", "work", "vars", "tables")
 
-    def __init__(self, kernel, backend, prepared, arrays, out, work, vars_):
+    def __init__(self, kernel, backend, prepared, arrays, out, work, vars_, tables):
         self.kernel, self.backend, self.prepared = kernel, backend, prepared
-        self.arrays, self.out, self.work, self.vars = arrays, out, work, vars_
+        self.arrays, self.out, self.work, self.vars, self.tables = arrays, out, work, vars_, tables
 
     def view(self, a: In):
         spec = self.kernel.workload.inputs[a.index]
@@ -115,12 +115,17 @@ class _Env:
         if isinstance(a, Packed):
             return self.prepared.packed[a.name]
         if isinstance(a, Table):
-            return self.kernel.lowered.launch.tables[a.name]
+            return self.tables[a.name]
         if isinstance(a, Scalar):
             return a.value
         if isinstance(a, Var):
             return self.vars[a.name]
         raise TypeError(f"unknown launch argument {a!r}")
+
+
+def _tables(launch, backend: Backend) -> dict:
+    """The launch's constant tables in the backend's memory (uploaded once per bound kernel)."""
+    return {name: backend.asarray(t, t.dtype) for name, t in launch.tables.items()}
 
 
 def _run(backend: Backend, fns: dict, steps, env: _Env) -> None:
@@ -145,6 +150,8 @@ class BoundKernel:
         self.backend = get_backend(backend)
         self.functions = _functions(kernel, self.backend)
         self._own_work: dict | None = None
+        low = kernel.lowered
+        self._tables = {} if isinstance(low, LegacyLowered) else _tables(low.launch, self.backend)
 
     @property
     def workspaces(self) -> tuple:
@@ -165,6 +172,6 @@ class BoundKernel:
             if self._own_work is None:
                 self._own_work = {b.name: self.backend.empty(b.shape, b.dtype) for b in low.launch.workspaces}
             work = self._own_work
-        _run(self.backend, self.functions, low.launch.steps, _Env(self.kernel, self.backend, self.state, arrays, out,
-                                                                     work, {}))
+        _run(self.backend, self.functions, low.launch.steps,
+             _Env(self.kernel, self.backend, self.state, arrays, out, work, {}, self._tables))
         return out

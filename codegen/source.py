@@ -65,21 +65,31 @@ def signature(fn: Function) -> str:
     return "void(" + ", ".join(p.type for p in fn.params) + ")"
 
 
-def render_function(fn: Function) -> str:
+def numba_decorator(fn: Function) -> str:
+    """The `@njit(...)` line numba compiles `fn` with (explicit signature, cached)."""
     flags = "{" + ", ".join(repr(f) for f in sorted(fn.fastmath)) + "}" if fn.fastmath else "False"
-    lines = [f'@njit("{signature(fn)}", cache=True, fastmath={flags}, parallel={fn.parallel}, nogil={fn.nogil}, error_model="numpy")',
-             f"def {fn.name}({', '.join(p.name for p in fn.params)}):"]
+    return (f'@njit("{signature(fn)}", cache=True, fastmath={flags}, parallel={fn.parallel}, nogil={fn.nogil}, '
+            'error_model="numpy")')
+
+
+def render_function(fn: Function, decorator=numba_decorator) -> str:
+    """`fn` as Python source; `decorator(fn)` is the line above the `def` ("" for none), so a
+    backend that runs the code some other way (an interpreter) renders the same body."""
+    line = decorator(fn)
+    lines = ([line] if line else []) + [f"def {fn.name}({', '.join(p.name for p in fn.params)}):"]
     _emit(fn.body or (Call("pass"),), 1, lines)
     return "\n".join(lines) + "\n"
 
 
-def render(module: LoopModule, banner: str = "") -> str:
+def render(module: LoopModule, banner: str = "", header: str = HEADER, decorator=numba_decorator) -> str:
+    """The module's source: banner comment, docstring, `header` (the imports the bodies
+    use), then every function rendered with `decorator`."""
     parts = []
     if banner:
         parts.append("".join(f"# {line}\n" for line in banner.splitlines()))
     if module.doc:
         parts.append('"""' + module.doc + '"""\n')
-    parts.append(HEADER)
+    parts.append(header)
     for fn in module.functions:
-        parts.append("\n\n" + render_function(fn))
+        parts.append("\n\n" + render_function(fn, decorator))
     return "".join(parts)

@@ -1,21 +1,29 @@
 """`Record`: one measurement as plain data, the unit of add/query/export."""
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from functools import lru_cache
 
-STATUSES = ("ok", "compile_error", "runtime_error", "build_timeout", "run_timeout", "wrong_result", "worker_died")
+from ir.keys import config_hash
+
+# What a measurement can end in: the one list (the tuner's `MeasureResult.status` takes these)
+OK = "ok"
+COMPILE_ERROR = "compile_error"
+RUNTIME_ERROR = "runtime_error"
+BUILD_TIMEOUT = "build_timeout"
+RUN_TIMEOUT = "run_timeout"
+WRONG_RESULT = "wrong_result"
+WORKER_DIED = "worker_died"
+STATUSES = (OK, COMPILE_ERROR, RUNTIME_ERROR, BUILD_TIMEOUT, RUN_TIMEOUT, WRONG_RESULT, WORKER_DIED)
 # failures of the moment, not of the config (a killed or overloaded worker): measured again once
-TRANSIENT_STATUSES = ("worker_died", "run_timeout", "build_timeout")
+TRANSIENT_STATUSES = (WORKER_DIED, RUN_TIMEOUT, BUILD_TIMEOUT)
 MEASURE_TRIES = 2
 
 
 def is_transient(status: str, error: str = "") -> bool:
     """True for a failure that says nothing about the config: worth one more try."""
-    return status in TRANSIENT_STATUSES or (status != "ok" and (error or "").startswith("MemoryError"))
+    return status in TRANSIENT_STATUSES or (status != OK and (error or "").startswith("MemoryError"))
 
 
 @lru_cache(maxsize=1)
@@ -26,11 +34,6 @@ def package_version() -> str:
         return version("tensortune")
     except Exception:  # not installed (running from a checkout)
         return "0.1.0"
-
-
-def config_hash(config: dict) -> str:
-    """Same as `schedules.space.Config.hash`, so records and configs meet on one key."""
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass

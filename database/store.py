@@ -20,8 +20,8 @@ from database.models import ClaimRow as C
 from database.models import RecordRow as R
 from database.models import TargetRow as T
 from database.models import WorkloadRow as W
-from database.record import (MEASURE_TRIES, STATUSES, Record, config_hash, from_utc_naive, is_transient, to_utc_naive,
-                             utcnow)
+from database.record import MEASURE_TRIES, STATUSES, Record, from_utc_naive, is_transient, to_utc_naive, utcnow
+from ir.keys import config_hash, dynamic_dims, shape_distance
 
 
 # built once: it runs with every stored result (add_many with an owner)
@@ -56,16 +56,6 @@ def _guarded(method):
     return wrapper
 
 
-def workload_dims(w: dict) -> dict[str, int]:
-    """Concrete sizes of the dynamic dims (same rule as `ir.Workload.dims`)."""
-    out = {}
-    for i in w.get("inputs", []):
-        for d, s in zip(i.get("shape", []), i.get("sym", [])):
-            if isinstance(s, str) and s.isidentifier():
-                out[s] = d
-    return out
-
-
 def _flops(rec: Record) -> int:
     if rec.flops:
         return int(rec.flops)
@@ -75,16 +65,6 @@ def _flops(rec: Record) -> int:
         return int(Workload.from_json(rec.workload).flops())
     except Exception:  # an unknown op: flops unknown, not an error
         return 0
-
-
-def _log_distance(a: dict, b: dict) -> float:
-    total = 0.0
-    for name, v in a.items():
-        w = b.get(name)
-        if not isinstance(w, int) or w <= 0 or v <= 0:
-            return math.inf
-        total += abs(math.log2(v) - math.log2(w))
-    return total
 
 
 def _to_record(row: R) -> Record:
@@ -203,7 +183,7 @@ class Database:
                 key=key, signature=rec.signature, family=rec.family, template=rec.template,
                 template_version=rec.template_version, json=w,
                 shapes=[list(i.get("shape", [])) for i in w.get("inputs", [])],
-                dims=workload_dims(w), dtype=w.get("output_dtype", "float32"), flops=_flops(rec)))
+                dims=dynamic_dims(w.get("inputs", [])), dtype=w.get("output_dtype", "float32"), flops=_flops(rec)))
             got = tuple(s.execute(select(W.id, W.template_version).where(W.key == key)).one())
         if rec.template_version > got[1]:  # a revised template now serves this workload
             s.execute(update(W).where(W.id == got[0]).values(template=rec.template, template_version=rec.template_version))
@@ -359,7 +339,7 @@ class Database:
                             (R.workload_id,), 1)
         with self._session() as s:
             rows = s.scalars(stmt).unique().all()
-            scored = [(_log_distance(dict(dims), r.workload.dims), r.median, r.id, r) for r in rows]
+            scored = [(shape_distance(dict(dims), r.workload.dims), r.median, r.id, r) for r in rows]
             scored = [x for x in scored if x[0] != math.inf]
             return _to_record(min(scored, key=lambda x: x[:3])[3]) if scored else None
 

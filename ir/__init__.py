@@ -3,9 +3,7 @@
 Names are loaded on first use (PEP 562), so `import ir.errors` (which every
 CLI and the database need) does not pay for sympy, onnx and scipy.
 """
-from __future__ import annotations
-
-import importlib
+from ir.lazy import lazy_exports
 
 _EXPORTS = {
     "ModelError": "ir.errors", "ShapeError": "ir.errors", "TensortuneError": "ir.errors",
@@ -16,11 +14,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ir' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

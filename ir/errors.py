@@ -71,8 +71,9 @@ def run_cli(prog: str, run, args, interrupted: str = "") -> int:
     interrupt exits 130; a bug is one line too, unless TENSORTUNE_DEBUG is set."""
     import os
     import sys
+    from ir.settings import Settings, current, use
+    before = current()
     try:
-        from ir.settings import Settings, use
         use(Settings.from_env())   # the one place the environment is read: settings passed down from here
         return run(args)
     except TensortuneError as e:
@@ -89,8 +90,10 @@ def run_cli(prog: str, run, args, interrupted: str = "") -> int:
         print(f"{prog}: interrupted{'; ' + interrupted if interrupted else ''}", file=sys.stderr)
         return 130
     except Exception as e:
-        if os.environ.get("TENSORTUNE_DEBUG"):
+        if current().debug:
             raise
         print(f"{prog}: internal error: {type(e).__name__}: {one_line(e)} (set TENSORTUNE_DEBUG=1 for a traceback)",
               file=sys.stderr)
         return 1
+    finally:
+        use(before)   # an in-process caller (a test) gets its own settings back

@@ -7,6 +7,7 @@ else, so no value is computed twice and every boundary value is materialized.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ir.graph import Graph, Node
@@ -124,30 +125,30 @@ def topo_order(g: Graph, subgraphs: list[FusedSubgraph]) -> list[FusedSubgraph]:
     return [subgraphs[k] for k in order]
 
 
+def node_flops(op: str, attrs: dict, input_shapes: list, output_shape):
+    """FLOPs of one node: the one counting rule (`subgraph_flops` applies it to a graph's
+    symbolic shapes, `Workload.flops` to concrete ones). `input_shapes` holds None for
+    an omitted optional input (or one of unknown type)."""
+    elems = math.prod(output_shape)
+    if op in ("MatMul", "Gemm"):
+        a = input_shapes[0]
+        k = a[0] if op == "Gemm" and attrs.get("transA", 0) else a[-1]
+        return 2 * elems * k
+    if op in ("Conv", "ConvTranspose"):  # weight [M, C/groups, *kernel] (ConvTranspose: [C, M/groups, *kernel])
+        return 2 * elems * math.prod(input_shapes[1][1:])
+    if op in OPS and OPS[op].kind == REDUCE:
+        return math.prod(input_shapes[0]) * OPS[op].flops_per_elem
+    return elems * (OPS[op].flops_per_elem if op in OPS else 1)
+
+
 def subgraph_flops(g: Graph, sg: FusedSubgraph):
     """FLOPs of one subgraph as a (possibly symbolic) expression in the graph's dims."""
     total = 0
     for n in sg.nodes:
-        out = g.type_of(n.outputs[0]).shape
-        elems = _prod(out)
-        if n.op in ("MatMul", "Gemm"):
-            a = g.type_of(n.inputs[0]).shape
-            k = a[0] if n.op == "Gemm" and n.attrs.get("transA", 0) else a[-1]
-            total += 2 * elems * k
-        elif n.op in ("Conv", "ConvTranspose"):
-            total += 2 * elems * _prod(g.type_of(n.inputs[1]).shape[1:])
-        elif n.op in OPS and OPS[n.op].kind == REDUCE:
-            total += _prod(g.type_of(n.inputs[0]).shape) * OPS[n.op].flops_per_elem
-        else:
-            total += elems * (OPS[n.op].flops_per_elem if n.op in OPS else 1)
+        shapes = [g.types[i].shape if i in g.types else g.type_of(i).shape if i in g.constants else None
+                  for i in n.inputs]
+        total += node_flops(n.op, n.attrs, shapes, g.type_of(n.outputs[0]).shape)
     return simplify_dim(total)
-
-
-def _prod(shape):
-    p = 1
-    for d in shape:
-        p = p * d
-    return p
 
 
 def describe_partition(g: Graph, subgraphs: list[FusedSubgraph]) -> str:

@@ -4,20 +4,21 @@ Two subgraphs with the same ops, attrs, shapes and dtypes have the same `key`,
 whatever their weights: an MLP with three equal layers yields one tuning task.
 The `signature` is the same description with dynamic dims left symbolic: the
 family of shapes that one template and config serve.
+
+A workload is a value: deeply immutable (its entries are read-only dicts and lists),
+hashable, and equal to another exactly when their keys are equal.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from ir.fusion import FusedSubgraph
-from ir.graph import Graph
+from ir.fusion import FusedSubgraph, node_flops
+from ir.graph import Graph, Node, TensorType
+from ir.keys import dynamic_dims, workload_hash
 from ir.ops import OPS, get_op
-from ir.graph import Node
 from ir.shapes import bind, check_size, dim_str
 
 FAMILIES = {"MatMul": "dense", "Gemm": "dense", "Conv": "conv2d"}
@@ -37,40 +38,102 @@ def _jsonable(v):
     return v
 
 
-def _hash(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
+def _refuse(self, *args, **kwargs):
+    raise TypeError("a workload is immutable: build a new one (Workload.from_json) instead")
 
 
-@dataclass(frozen=True)
+class FrozenDict(dict):
+    """A dict that refuses every change, and hashes: a workload's op and input entries.
+    A dict still (comparisons, `dict(...)`, `json.dumps` and `isinstance` checks of the
+    code that reads workloads all work as before)."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __hash__(self):
+        return hash(frozenset(self.items()))
+
+    def __reduce__(self):  # pickle rebuilds it whole (its default way sets items one by one)
+        return FrozenDict, (dict(self),)
+
+
+class FrozenList(list):
+    """A list that refuses every change, and hashes: shapes, input names and list attrs
+    of a workload. A list still, so `wl.ops[0]["in"] == ["i0", "i1"]` holds as before."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = append = clear = extend = insert = pop = remove = \
+        reverse = sort = _refuse
+
+    def __hash__(self):
+        return hash(tuple(self))
+
+    def __reduce__(self):
+        return FrozenList, (list(self),)
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))  # JSON leaves: kept as they are, without a call
+
+
+def _freeze(v):
+    if isinstance(v, dict):
+        return FrozenDict({k: x if type(x) in _SCALARS else _freeze(x) for k, x in v.items()})
+    if isinstance(v, (list, tuple)):
+        return FrozenList([x if type(x) in _SCALARS else _freeze(x) for x in v])
+    return v
+
+
+def _thaw(v):
+    """Plain, mutable JSON data again."""
+    if isinstance(v, dict):
+        return {k: x if type(x) in _SCALARS else _thaw(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [x if type(x) in _SCALARS else _thaw(x) for x in v]
+    return v
+
+
+@dataclass(frozen=True, eq=False)
 class Workload:
-    """ops: [{"op", "in": [local names], "attrs"}]; inputs: [{"shape", "sym", "dtype", "const"}]."""
+    """ops: [{"op", "in": [local names], "attrs"}]; inputs: [{"shape", "sym", "dtype", "const"}].
+
+    Given as plain dicts and lists, they are stored frozen (`FrozenDict`, `FrozenList`)."""
 
     ops: tuple
     inputs: tuple
     output_shape: tuple
     output_dtype: str = "float32"
 
+    def __post_init__(self):
+        object.__setattr__(self, "ops", tuple(_freeze(o) for o in self.ops))
+        object.__setattr__(self, "inputs", tuple(_freeze(i) for i in self.inputs))
+        object.__setattr__(self, "output_shape", tuple(self.output_shape))
+
     # -- identity -------------------------------------------------------------------
     def to_json(self) -> dict:
-        return {"ops": [dict(o) for o in self.ops], "inputs": [dict(i) for i in self.inputs],
+        """A fresh plain-JSON description (the caller may change it)."""
+        return {"ops": _thaw(self.ops), "inputs": _thaw(self.inputs),
                 "output_shape": list(self.output_shape), "output_dtype": self.output_dtype}
 
     @classmethod
     def from_json(cls, d: dict) -> "Workload":
-        return cls(tuple(_freeze(o) for o in d["ops"]), tuple(_freeze(i) for i in d["inputs"]),
-                   tuple(d["output_shape"]), d.get("output_dtype", "float32"))
+        return cls(tuple(d["ops"]), tuple(d["inputs"]), tuple(d["output_shape"]), d.get("output_dtype", "float32"))
 
     @cached_property
     def key(self) -> str:
-        return _hash(self.to_json())
+        # the frozen entries are dicts and lists: they hash as the JSON of `to_json` does
+        return workload_hash({"ops": list(self.ops), "inputs": list(self.inputs),
+                              "output_shape": list(self.output_shape), "output_dtype": self.output_dtype})
 
     @cached_property
     def signature(self) -> str:
-        j = self.to_json()
-        for i in j["inputs"]:
-            i["shape"] = i["sym"]
-        j["output_shape"] = None
-        return _hash(j)
+        return workload_hash({"ops": list(self.ops), "inputs": [{**i, "shape": i["sym"]} for i in self.inputs],
+                              "output_shape": None, "output_dtype": self.output_dtype})
+
+    def __eq__(self, other):
+        return isinstance(other, Workload) and self.key == other.key
+
+    def __hash__(self):
+        return hash(self.key)
 
     @property
     def family(self) -> str:
@@ -79,12 +142,7 @@ class Workload:
     @property
     def dims(self) -> dict[str, int]:
         """Concrete sizes of the dynamic dims, read off input shapes vs symbolic shapes."""
-        out = {}
-        for i in self.inputs:
-            for d, s in zip(i["shape"], i["sym"]):
-                if isinstance(s, str) and s.isidentifier():
-                    out[s] = d
-        return out
+        return dynamic_dims(self.inputs)
 
     def describe(self) -> str:
         ins = ", ".join("x".join(map(str, i["shape"])) + ("(const)" if i["const"] else "") for i in self.inputs)
@@ -107,24 +165,38 @@ class Workload:
         return [np.array(i["value"], dtype=i["dtype"]).reshape(i["shape"]) if "value" in i
                 else rng.uniform(-1, 1, size=tuple(i["shape"])).astype(i["dtype"]) for i in self.inputs]
 
+    def value_types(self) -> dict[str, TensorType | None]:
+        """The type of every local value (inputs i*, node outputs t*), inferred through the
+        ops' shape functions; None where that needs what the workload does not hold (a
+        shape that depends on data). The last node's is the workload's output type."""
+        types: dict[str, TensorType | None] = {
+            f"i{k}": TensorType(tuple(i["shape"]), i["dtype"]) for k, i in enumerate(self.inputs)}
+        consts = {f"i{k}": np.array(i["value"]) for k, i in enumerate(self.inputs) if "value" in i}
+        nodes = self.nodes()
+        for k, n in enumerate(nodes):
+            out = None
+            if k == len(nodes) - 1:
+                out = TensorType(tuple(self.output_shape), self.output_dtype)
+            elif n.op in OPS and all(types.get(i) is not None for i in n.inputs):
+                try:
+                    out = OPS[n.op].infer(n, [types[i] for i in n.inputs], [consts.get(i) for i in n.inputs])[0]
+                except Exception:  # a shape that needs values we do not have: unknown
+                    out = None
+            types[n.outputs[0]] = out
+        return types
+
     def flops(self) -> int:
-        total = 0
-        shapes = {f"i{k}": tuple(i["shape"]) for k, i in enumerate(self.inputs)}
-        out_elems = int(np.prod(self.output_shape)) if self.output_shape else 1
-        for n in self.nodes():
-            if n.op in ("MatMul", "Gemm"):
-                k = shapes[n.inputs[0]][-1]
-                total += 2 * out_elems * k
-            elif n.op == "Conv":  # 2 * out * (C/groups * kernel): weight shape [M, C/g, *k]
-                total += 2 * out_elems * int(np.prod(shapes[n.inputs[1]][1:]))
-            else:
-                total += out_elems * (OPS[n.op].flops_per_elem if n.op in OPS else 1)
-            shapes[n.outputs[0]] = tuple(self.output_shape)
-        return total
+        """FLOPs at these shapes: `ir.fusion.node_flops` per node, as `subgraph_flops`
+        counts them for the graph (a value of unknown shape counts as the output's)."""
+        return self._flops
 
-
-def _freeze(d: dict) -> dict:
-    return dict(d)
+    @cached_property
+    def _flops(self) -> int:
+        shapes = {name: tuple(t.shape) for name, t in self.value_types().items()
+                  if t is not None and all(isinstance(d, int) for d in t.shape)}
+        out = tuple(self.output_shape)
+        return int(sum(node_flops(n.op, n.attrs, [shapes.get(i, out) if i else None for i in n.inputs],
+                                  shapes.get(n.outputs[0], out)) for n in self.nodes()))
 
 
 def _sym(d) -> object:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import warnings
 
 from codegen import get_backend
-from ir import import_onnx, partition, simplify
+from ir import Graph, ModelError, import_onnx, partition, simplify
 from ir.shapes import DimRange
 from runtime.choose import Chooser
 from runtime.executor import MAX_PROGRAMS, CompiledModel, Coverage, FallbackError
@@ -19,8 +19,13 @@ from runtime.plan import Plan, PlanEntry, PlanError
 def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu",
          strict: bool = False, max_programs: int = MAX_PROGRAMS, fallback: str | None = None,
          plugins=(), settings=None) -> CompiledModel:
-    """Load an ONNX model (path, ModelProto, or an imported `ir.Graph`) with kernels from a database URL/`Database`
-    or a plan (path or `Plan`); neither means default configs for every subgraph.
+    """Load an ONNX model with kernels from a database URL/`Database` or a plan (path or
+    `Plan`); neither means default configs for every subgraph.
+
+    `model`: a path, a ModelProto, or an `ir.Graph` already imported (`ir.import_onnx`,
+    simplified or not), so a caller that has read the model (`tune`) does not read it
+    again; the graph is not changed, and `dims` and the plan's ranges apply to it as
+    they would to the file.
 
     `dims` declares ranges of dynamic dims: {"batch": (1, 64)} or DimRange values.
     `max_programs`: how many per-shape programs (with their arenas) stay built; the least
@@ -35,8 +40,10 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
     """
     from ir.custom import load_plugins
     check_fallback(fallback)
-    load_plugins(plugins)   # before the backend: a plugin may register it
-    backend = get_backend(target, settings)
+    from ir.settings import resolve
+    settings = resolve(settings)
+    load_plugins(list(plugins) + [p for p in settings.plugins if p not in plugins])   # before the backend:
+    backend = get_backend(target, settings)                                             # a plugin may register it
     ranges = {k: v if isinstance(v, DimRange) else DimRange(k, int(v[0]), int(v[1])) for k, v in (dims or {}).items()}
     tgt = backend.target()
     if plan is not None and not isinstance(plan, Plan):
@@ -51,14 +58,21 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
                 raise PlanError(msg)
             warnings.warn(msg + "; running default configs")
             plan = None
-    from ir.graph import Graph
-    # an imported graph (the tuner's, already simplified) is used as is: the model is read once
-    graph = model if isinstance(model, Graph) else simplify(import_onnx(model, ranges or None))
+    graph = simplify(_declared(model, ranges) if isinstance(model, Graph) else import_onnx(model, ranges or None))
     if db is not None and not hasattr(db, "best"):
         from database import Database
         db = Database(db)
     return CompiledModel(graph, partition(graph), Chooser(plan, db, tgt.key, strict=strict), strict=strict,
                          max_programs=max_programs, fallback=fallback, backend=backend)
+
+
+def _declared(graph: Graph, ranges: dict[str, DimRange]) -> Graph:
+    """`graph` with `ranges` declared on its dynamic dims, as `import_onnx` declares them."""
+    unknown = sorted(set(ranges) - set(graph.dims))
+    if unknown:
+        raise ModelError(f"--dim names {unknown} are not dynamic dims of the model "
+                         f"(it has: {sorted(graph.dims) or 'none'})")
+    return graph.copy(dims={**graph.dims, **ranges}) if ranges else graph
 
 
 def default_sizes(dims: dict[str, DimRange], shapes: dict[str, list[int]] | None = None) -> dict[str, int]:

@@ -65,9 +65,9 @@ def id_bound(graph, name: str) -> int:
 
 
 def cli_plugins(flags: list[str]) -> list[str]:
-    """--plugin modules, then those of $TENSORTUNE_PLUGINS (only the CLIs read it)."""
-    from ir.custom import plugins_from_env
-    return list(flags or []) + plugins_from_env(os.environ.get("TENSORTUNE_PLUGINS"))
+    """--plugin modules, then those of $TENSORTUNE_PLUGINS (read into the settings by `run_cli`)."""
+    from ir.settings import current
+    return list(flags or []) + list(current().plugins)
 
 
 def main(argv=None) -> int:

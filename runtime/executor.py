@@ -418,7 +418,7 @@ class CompiledModel:
                     inplace[out] = i
                     break
         mem = plan_memory(planned, {v: made_at[v] for v in planned}, last_use, inplace)
-        arena = np.empty(mem.arena_bytes, np.uint8)
+        arena = self.backend.empty((mem.arena_bytes,), np.uint8)   # in the backend's memory
         for step in prog.steps:
             for v in self._handed_on(step):
                 view = None

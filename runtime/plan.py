@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ir.errors import TensortuneError
+from ir.keys import shape_distance
 
 PLAN_FORMAT = "tensortune-plan"
 PLAN_VERSION = 1
@@ -41,12 +42,12 @@ class Plan:
         return next((e for e in self.entries if e.workload_key == key), None)
 
     def nearest(self, signature: str, dims: dict[str, int]) -> PlanEntry | None:
-        """The entry of the same signature whose dynamic dims are closest on a log scale."""
-        cands = [e for e in self.entries if e.signature == signature and set(e.dims) >= set(dims)]
-        if not cands:
-            return None
-        return min(cands, key=lambda e: (sum(abs(math.log2(e.dims[d]) - math.log2(v)) for d, v in dims.items()),
-                                         e.median or math.inf))
+        """The entry of the same signature whose dynamic dims are closest on a log scale
+        (`ir.keys.shape_distance`, as `Database.nearest`); the faster one on a tie."""
+        scored = [(shape_distance(dims, e.dims), e.median or math.inf, k) for k, e in enumerate(self.entries)
+                  if e.signature == signature]
+        scored = [x for x in scored if x[0] != math.inf]
+        return self.entries[min(scored)[2]] if scored else None
 
     def to_json(self) -> dict:
         return {"format": PLAN_FORMAT, "version": PLAN_VERSION, "model": self.model, "target": self.target,

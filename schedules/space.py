@@ -6,14 +6,13 @@ configs, never code, and every config read back is validated against its space.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import random
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from ir.errors import TensortuneError
+from ir.keys import config_hash
 
 
 class ConfigError(TensortuneError):
@@ -74,7 +73,8 @@ class Config:
 
     @property
     def hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+        """The key records and claims know this config by (`ir.keys.config_hash`)."""
+        return config_hash(self.to_json())
 
     def __eq__(self, other):
         return isinstance(other, Config) and self._items == other._items

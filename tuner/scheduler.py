@@ -23,6 +23,15 @@ import abc
 import random
 
 
+def estimated_latency(weighted_bests) -> float | None:
+    """Σ weight × best latency over (weight, best) per task: the model's estimated tuned
+    latency, the sum a scheduler cuts; None while a task has no best yet."""
+    pairs = list(weighted_bests)
+    if any(best is None for _, best in pairs):
+        return None
+    return sum(weight * best for weight, best in pairs)
+
+
 class TaskScheduler(abc.ABC):
     name = ""
 
@@ -55,9 +64,7 @@ class TaskScheduler(abc.ABC):
         self.active.discard(i)
 
     def objective(self) -> float | None:
-        if any(b is None for b in self.best):
-            return None
-        return sum(w * b for w, b in zip(self.weights, self.best))
+        return estimated_latency(zip(self.weights, self.best))
 
     def next_task(self, busy=()) -> int | None:
         """The task to tune next, or None when every task has retired. Tasks in `busy`

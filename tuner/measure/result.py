@@ -4,17 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from database.record import (  # noqa: F401  (the status list is the database's: re-exported for the tuner)
+    BUILD_TIMEOUT, COMPILE_ERROR, OK, RUN_TIMEOUT, RUNTIME_ERROR, STATUSES, WORKER_DIED, WRONG_RESULT)
 from ir.workload import Workload
 from schedules.space import Config
-
-OK = "ok"
-COMPILE_ERROR = "compile_error"
-RUNTIME_ERROR = "runtime_error"
-BUILD_TIMEOUT = "build_timeout"
-RUN_TIMEOUT = "run_timeout"
-WRONG_RESULT = "wrong_result"
-WORKER_DIED = "worker_died"
-STATUSES = (OK, COMPILE_ERROR, RUNTIME_ERROR, BUILD_TIMEOUT, RUN_TIMEOUT, WRONG_RESULT, WORKER_DIED)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,98 @@
+"""`interp`: a backend that runs loop modules in the Python interpreter, compiling nothing.
+
+It exists to prove that the backend seam is real: this module lives in tests, registers
+itself when imported (a plugin: `--plugin tests.interp_backend`,
+`runtime.load(..., plugins=["tests.interp_backend"])`; the tuner's worker processes import
+the plugins their parent loaded), and the tuner, the runtime and the templates run on it
+unchanged. It is also the smallest worked example for the author of the next backend
+(docs/backends.md).
+
+The loop module is rendered by `codegen.source.render` with no decorator and a header that
+gives the bodies what numba gave them: `prange` (an ordinary `range`: each copy strides over
+its own work items) and `math.*` with numba's semantics (float32 in, float32 out; IEEE
+results such as inf and nan instead of OverflowError or ValueError). `call` runs the copies
+t = 0..T-1 one after another under `np.errstate(all="ignore")`, so integer wrap-around and
+division by zero give NumPy's results quietly, as numba's `error_model="numpy"` does.
+
+Pure Python loops are slow: use it on tiny shapes only.
+"""
+from __future__ import annotations
+
+import hashlib
+import linecache
+import platform
+import time
+
+import numpy as np
+
+from codegen.backend import Artifact, Backend, BackendError, register_backend
+from codegen.build import CompileError
+from codegen.source import render
+from codegen.target import Target
+from schedules.loopnest import LoopModule
+
+# `np` names of the math functions whose Python versions raise where numba returns inf/nan
+_NUMPY_MATH = {"exp": "exp", "expm1": "expm1", "log": "log", "log1p": "log1p", "log2": "log2", "log10": "log10",
+               "sqrt": "sqrt", "fmod": "fmod", "sin": "sin", "cos": "cos", "tan": "tan",
+               "asin": "arcsin", "acos": "arccos", "atan": "arctan", "atan2": "arctan2", "sinh": "sinh",
+               "cosh": "cosh", "tanh": "tanh", "asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh"}
+
+HEADER = f'''import math as _pymath
+import types as _types
+import numpy as np
+
+prange = range   # a parallel loop is an ordinary loop here: copies stride over their own items
+math = _types.SimpleNamespace(**{{_n: getattr(_pymath, _n) for _n in dir(_pymath) if not _n.startswith("_")}})
+for _name, _np_name in {_NUMPY_MATH!r}.items():
+    setattr(math, _name, getattr(np, _np_name))   # numba's math: the argument's type, IEEE inf/nan
+'''
+
+
+def _no_decorator(fn) -> str:
+    return ""
+
+
+class InterpBackend(Backend):
+    name = "interp"
+
+    def target(self) -> Target:
+        return Target.make("interp", name=f"CPython {platform.python_version()} interpreter",
+                           threads=self.settings.num_threads, python=platform.python_version(), numpy=np.__version__)
+
+    def render(self, module: LoopModule) -> str:
+        banner = (f"interpreted by tests/interp_backend.py -- {module.meta.get('template', '?')}\n"
+                  f"target {self.target().key}")
+        return render(module, banner, header=HEADER, decorator=_no_decorator)
+
+    def compile(self, module: LoopModule) -> Artifact:
+        t0 = time.perf_counter()
+        src = self.render(module)
+        key = hashlib.sha256(src.encode()).hexdigest()[:24]
+        try:
+            compile(src, _filename(key), "exec")   # syntax only: the interpreter has no more to check
+        except SyntaxError as e:
+            raise CompileError(f"SyntaxError: {e}") from None
+        return Artifact(self.name, key, self.target().key, src, tuple(f.name for f in module.functions),
+                        compile_s=time.perf_counter() - t0)
+
+    def load(self, artifact: Artifact) -> dict:
+        if artifact.backend != self.name:
+            raise BackendError(f"an artifact of backend '{artifact.backend}' cannot run on '{self.name}'")
+        name = _filename(artifact.key)
+        linecache.cache[name] = (len(artifact.source), None, artifact.source.splitlines(True), name)  # tracebacks
+        namespace = {"__name__": f"tensortune_interp_{artifact.key}"}
+        exec(compile(artifact.source, name, "exec"), namespace)
+        return {f: namespace[f] for f in artifact.functions}
+
+    def call(self, fn, args: list, items: int, parallel: bool, grid=(), block=()) -> None:
+        copies = max(1, min(self.settings.num_threads, items)) if parallel else 1
+        with np.errstate(all="ignore"):
+            for t in range(copies):
+                fn(*args, t, copies)
+
+
+def _filename(key: str) -> str:
+    return f"<interp kernel {key}>"
+
+
+register_backend("interp", InterpBackend)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ir.errors import TensortuneError
+from tuner.scheduler import estimated_latency
 
 
 class PlotError(TensortuneError):
@@ -45,8 +46,7 @@ class Convergence:
         for t in self.order:
             current[t] = self.best[t][seen[t]]
             seen[t] += 1
-            out.append(None if any(c is None for c in current) else
-                       sum(w * c for w, c in zip(self.weights, current)))
+            out.append(estimated_latency(zip(self.weights, current)))
         return out
 
 

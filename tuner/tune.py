@@ -512,9 +512,8 @@ def unusable_warnings(reports: list[TaskReport]) -> list[str]:
 
 def estimated_latency(reports: list[TaskReport]) -> float | None:
     """Σ occurrences × best latency over tasks: the model's estimated tuned latency."""
-    if any(r.best is None for r in reports):
-        return None
-    return sum(r.task.weight * r.best for r in reports)
+    from tuner.scheduler import estimated_latency as weighted
+    return weighted((r.task.weight, r.best) for r in reports)
 
 
 def _status_line(reports, rep, i: int) -> str:

@@ -19,9 +19,13 @@ _REFERENCE: dict[str, tuple] = {}
 
 
 def _backend(req: dict):
-    """The backend the tuner asked for, with its settings (the process default here)."""
+    """The backend the tuner asked for, with its settings (the process default here); the
+    plugins those settings name load first (one may register that backend)."""
     s = settings.Settings.from_json(req["settings"]) if "settings" in req else settings.current()
     settings.use(s)
+    if s.plugins:
+        from ir.custom import load_plugins
+        load_plugins(list(s.plugins))
     return get_backend(s.backend, s)
 
 

@@ -304,9 +304,9 @@ def _fail(msg: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from ir.errors import TensortuneError
-    from ir.settings import Settings, use
+    from ir.settings import Settings, current, use
 
-    settings = None
+    settings, before = None, current()
     try:
         settings = Settings.from_env()   # the one place the environment is read (as run_cli does)
         use(settings)
@@ -329,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         if settings is not None and settings.debug:
             raise
         return _fail(f"internal error: {type(e).__name__}: {e}")
+    finally:
+        use(before)   # an in-process caller (a test) gets its own settings back
 
 
 if __name__ == "__main__":

@@ -259,3 +259,27 @@ def test_a_template_still_on_closures_is_measured_without_compiling_in_the_runne
         runner.close()
     assert res.status == "ok", res.error
     assert (tmp_path / "r" / "kernels" / f"k_{build.kernel.artifact.key}.py").exists()
+
+
+def test_tune_reads_the_model_file_once(monkeypatch, tmp_path, capsys):
+    """Tuning, timing the whole model and writing the plan all use the graph read at the start."""
+    import ir.onnx_import as onnx_import
+    from tests.helpers import dense_model
+    from tuner import tune
+    from tuner.cli import main
+    model = tmp_path / "m.onnx"
+    model.write_bytes(dense_model(8, 16, 8).SerializeToString())
+    reads, real = [], onnx_import.load_onnx
+    monkeypatch.setattr(onnx_import, "load_onnx", lambda m: reads.append(m) or real(m))
+
+    def tuned_instantly(tasks, db, opts, target=None, builder=None, runner=None, *, settings=None, callbacks=()):
+        reps = tune.TuneReports(tune.TaskReport(t, trials=1, best=1e-3) for t in tasks)
+        reps.timing, reps.order, reps.stopped = tune.Timing(), [], "trials"
+        return reps
+
+    monkeypatch.setattr(tune, "tune_tasks", tuned_instantly)
+    rc = main(["--model", str(model), "--trials", "2", "--db", f"sqlite:///{tmp_path / 't.db'}", "--no-progress",
+               "--measure-runs", "1", "--plan", str(tmp_path / "plan.json")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "measured" in out and (tmp_path / "plan.json").exists()
+    assert len(reads) == 1

@@ -22,7 +22,7 @@ from functools import lru_cache
 from codegen import build as _build
 from codegen.backend import Artifact, Backend
 from codegen.cache_safety import cache_files, verified, write_manifest
-from codegen.source import render
+
 from codegen.target import Target
 from schedules.loopnest import LoopModule
 

@@ -141,6 +141,37 @@ def cmd_history(db: Database, a) -> None:
                     right={0, 4, 5}))
 
 
+def _single_target(groups: list, target: str | None) -> list:
+    """Best-so-far curves of several machines mixed would be meaningless: one target only."""
+    if target:
+        return groups
+    keys = sorted({r.target_key for _, _, recs in groups for r in recs})
+    if len(keys) > 1:
+        raise DatabaseError(f"the records are of {len(keys)} targets: give --target KEY (one of {', '.join(keys)})")
+    return groups
+
+
+def cmd_plot(db: Database, a) -> None:
+    from tuner.plot import draw, from_records, records_for_model, require_matplotlib
+    require_matplotlib()
+    if a.model:
+        groups = records_for_model(db, a.model, a.dim, a.shape, a.target)
+        title = f"{a.model}: {len(groups)} tasks"
+    elif a.key:
+        key = _resolve_key(db, a.key)
+        recs = db.records(workload_key=key, target_key=a.target)
+        groups = [(describe(recs[0].workload) if recs else key, 1, recs)]
+        title = f"workload {key}"
+    else:
+        raise _UsageError("plot: give a workload KEY or --model MODEL.onnx")
+    groups = _single_target(groups, a.target)
+    n = sum(len(recs) for _, _, recs in groups)
+    if not n:
+        raise DatabaseError("no records to plot" + (f" for target {a.target}" if a.target else ""))
+    draw(from_records(groups), a.out, title)
+    print(f"convergence of {n} trials ({len(groups)} task{'s' * (len(groups) != 1)}) written to {a.out}")
+
+
 def cmd_stats(db: Database, a) -> None:
     st = db.stats()
     if a.json:
@@ -226,6 +257,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", metavar="KEY")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_history)
+    s = sub.add_parser("plot", help="draw best latency vs trials of a workload, or of a model's tasks with its "
+                                    "estimated latency (needs matplotlib)")
+    s.add_argument("key", nargs="?", metavar="KEY", help="workload key (or a unique prefix)")
+    s.add_argument("--model", metavar="MODEL", help="every task of this ONNX model, and the model's estimated latency")
+    s.add_argument("--dim", action="append", metavar="NAME=LO:HI", help="with --model: a dynamic dim's range")
+    s.add_argument("--shape", action="append", metavar="NAME=V1,V2", help="with --model: the tuned dim sizes")
+    s.add_argument("--target", metavar="KEY", help="only records of this target")
+    s.add_argument("--out", required=True, metavar="FILE.png")
+    s.set_defaults(func=cmd_plot)
     s = sub.add_parser("stats", help="counts, statuses, compile time, time range")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_stats)
@@ -264,8 +304,12 @@ def _fail(msg: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from ir.errors import TensortuneError
+    from ir.settings import Settings, current, use
 
+    settings, before = None, current()
     try:
+        settings = Settings.from_env()   # the one place the environment is read (as run_cli does)
+        use(settings)
         a = build_parser().parse_args(argv)
         if a.command == "prune" and a.keep is None and a.failures_older_than is None:
             raise _UsageError("prune: give --keep K and/or --failures-older-than DAYS")
@@ -282,9 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _fail("interrupted")
     except Exception as e:  # a bug: still one line, but say so (TENSORTUNE_DEBUG=1 shows the traceback)
-        if os.environ.get("TENSORTUNE_DEBUG"):
+        if settings is not None and settings.debug:
             raise
         return _fail(f"internal error: {type(e).__name__}: {e}")
+    finally:
+        use(before)   # an in-process caller (a test) gets its own settings back
 
 
 if __name__ == "__main__":

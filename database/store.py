@@ -31,8 +31,10 @@ _DROP_CLAIM = C.__table__.delete().where(C.__table__.c.owner == bindparam("o"),
                                          C.__table__.c.config_hash == bindparam("h"))
 
 
-def default_url() -> str:
-    return os.environ.get("TENSORTUNE_DB") or "sqlite:///tuning.db"
+def default_url(settings=None) -> str:
+    """The settings' database URL (the CLIs take it from $TENSORTUNE_DB), else ./tuning.db."""
+    from ir.settings import resolve
+    return resolve(settings).db_url or "sqlite:///tuning.db"
 
 
 def _cause(e: BaseException) -> str:

@@ -85,6 +85,9 @@ class Config:
     def __setattr__(self, *a):
         raise AttributeError("Config is immutable")
 
+    def __reduce__(self):   # pickles (a Kernel travels to workers) without going through __setattr__
+        return Config, (dict(self._items),)
+
     def __repr__(self):
         return "Config(" + ", ".join(f"{k}={v!r}" for k, v in self._items) + ")"
 

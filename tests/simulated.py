@@ -14,7 +14,8 @@ from tuner.task import Task
 DATA = Path(__file__).resolve().parents[1] / "experiments" / "convergence" / "data"
 SHAPES = ("128x256x1024", "128x1024x256", "256x256x256")
 # a fixed target, so replayed records never mix with this machine's real ones
-TARGET = Target("cpu", "replay", "replay", "avx512f,fma", 2, "0.0", "0.0")
+TARGET = Target.make("cpu", cpu="replay", cpu_name="replay", features="avx512f,fma", cores=2, threads=2,
+                     numba="0.0", llvmlite="0.0")
 
 
 @lru_cache(maxsize=None)

@@ -222,17 +222,16 @@ def test_tune_cli_stores_records_under_the_backends_target(tiny_model, tmp_path)
 def test_worker_loads_the_plugins_its_settings_name():
     """A worker gets the tuner's settings in every request; `Settings.plugins` names the
     plugin that registers the backend those settings choose."""
-    from tuner.measure import MeasureInput
-    from tuner.measure.local import _request
     from tuner.measure.worker import Worker
     wl = dense_wl(4, 8, 6)
-    inp = MeasureInput(wl, "dense", get_template("dense").default_config(wl))
+    dense = get_template("dense")
+    module = dense.lower(wl, dense.default_config(wl)).module
     before = list(custom._LOADED)
     custom._LOADED[:] = [p for p in before if p != PLUGIN]    # as if only the settings named it
     worker = Worker()
     try:
-        with using(interp_settings()):
-            reply = worker.call(jobs.build_job, _request(inp), 120)
+        with using(interp_settings()) as s:
+            reply = worker.call(jobs.build_job, {"module": module, "settings": s.to_json()}, 120)
     finally:
         worker.close()
         custom._LOADED[:] = before

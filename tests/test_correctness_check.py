@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from codegen import compile_kernel, host_target
 from ir import accuracy, import_onnx, make_workload, partition, simplify
 from schedules import get_template
 from schedules.launch import Buffer, Call, In, Out, Scalar, Work
@@ -190,22 +191,31 @@ def dense_wl():
     return make_workload(g, partition(g)[0], {})
 
 
-def _run(monkeypatch, wl, template):
-    monkeypatch.setattr(jobs, "get_template", lambda name: template)
+@pytest.fixture(scope="module")
+def dense_kernel(dense_wl):
+    return compile_kernel(DENSE, dense_wl, DENSE.default_config(dense_wl))
+
+
+def broken(wl, bug):
+    """The dense kernel with `bug` in its launch, compiled as the builder would."""
+    return compile_kernel(Broken(bug), wl, DENSE.default_config(wl))
+
+
+def _run(kernel):
     jobs._REFERENCE.clear()
-    return jobs.run_job({"workload": wl.to_json(), "template": "dense", "config": DENSE.default_config(wl).to_json(),
-                         "repeat": 1, "min_repeat_ms": 1, "number": 1})
+    return jobs.run_job({"kernel": kernel, "repeat": 1, "min_repeat_ms": 1, "number": 1})
 
 
-def test_correct_kernel_passes_and_is_timed(monkeypatch, dense_wl):
-    reply = _run(monkeypatch, dense_wl, DENSE)
+def test_correct_kernel_passes_and_is_timed(dense_kernel):
+    reply = _run(dense_kernel)
     assert "wrong" not in reply and len(reply["latencies"]) == 1
+    assert reply["target"]["key"] == host_target().key   # the machine that measured it says which it is
 
 
 @pytest.mark.parametrize("bug, needle", [(plus_1e_3, "input set 1"), (misses_last_row, "input set 1"),
                                          (saturates, "input set 2 of 2 (wide")])
-def test_wrong_kernels_are_wrong_results(monkeypatch, dense_wl, bug, needle):
-    reply = _run(monkeypatch, dense_wl, Broken(bug))
+def test_wrong_kernels_are_wrong_results(dense_wl, bug, needle):
+    reply = _run(broken(dense_wl, bug))
     assert "latencies" not in reply and needle in reply["wrong"], reply
     assert "outside" in reply["wrong"] and "reduction length 21" in reply["wrong"]
 
@@ -220,17 +230,18 @@ class InProcess:
         pass
 
 
-def test_the_runner_records_wrong_result(monkeypatch, dense_wl):
+def test_the_runner_records_wrong_result(dense_wl):
     """Through the runner's result mapping: recorded as wrong_result, with no latency to rank."""
     from tuner.measure import LocalRunner, MeasureInput
     from tuner.measure.base import BuildResult
-    monkeypatch.setattr(jobs, "get_template", lambda name: Broken(plus_1e_3))
     jobs._REFERENCE.clear()
     runner = LocalRunner(timeout=60, repeat=1, min_repeat_ms=1)
     runner.worker.close()
     runner.worker = InProcess()
-    [r] = runner.run([MeasureInput(dense_wl, "dense", DENSE.default_config(dense_wl))], [BuildResult("ok")])
+    inp = MeasureInput(dense_wl, "dense", DENSE.default_config(dense_wl))
+    [r] = runner.run([inp], [BuildResult("ok", kernel=broken(dense_wl, plus_1e_3))])
     assert r.status == "wrong_result" and not r.latencies and "outside" in r.error
+    assert r.target["key"] == host_target().key
 
 
 # -- tune-run --check: the same rule on whole models ----------------------------------------

@@ -102,15 +102,15 @@ def test_transfer_learning_needs_fewer_trials_on_a_new_shape():
 
 def test_tasks_of_one_run_share_results_with_each_other(monkeypatch):
     """Two dense shapes tuned together: each xgb strategy trains on the other's results."""
-    from tuner import tune
+    from tuner import callbacks
     seen = {}
-    real = tune._share
+    real = callbacks.share_results
 
     def spy(i, results, reports, strategies):
         real(i, results, reports, strategies)
         seen.update({j: len(s.prior) for j, s in enumerate(strategies)})
 
-    monkeypatch.setattr(tune, "_share", spy)
+    monkeypatch.setattr(callbacks, "share_results", spy)
     tasks, b, r = replay(["128x256x1024", "256x256x256"])
     tune_tasks(tasks, Database("sqlite:///:memory:"),
                TuneOptions(trials=32, strategy="xgb", scheduler="round-robin", progress=False), TARGET, b, r)

@@ -95,10 +95,12 @@ def test_add_roundtrip(db):
 
 
 def test_default_url(monkeypatch):
-    monkeypatch.delenv("TENSORTUNE_DB", raising=False)
-    assert default_url() == "sqlite:///tuning.db"
-    monkeypatch.setenv("TENSORTUNE_DB", "sqlite:///x.db")
-    assert default_url() == "sqlite:///x.db"
+    """From the settings (the CLIs read $TENSORTUNE_DB into them), never from the environment itself."""
+    from ir.settings import Settings
+    monkeypatch.setenv("TENSORTUNE_DB", "sqlite:///env.db")
+    assert default_url(Settings()) == "sqlite:///tuning.db"
+    assert default_url(Settings(db_url="sqlite:///x.db")) == "sqlite:///x.db"
+    assert default_url(Settings.from_env()) == "sqlite:///env.db"
 
 
 def test_best_orders_dedupes_and_skips_failures(db):

@@ -376,8 +376,10 @@ def test_transient_failures_are_retried_once_on_resume_and_others_never():
 # -- the worker protocol --------------------------------------------------------------------
 
 def test_a_kernel_that_writes_to_fd_1_still_gets_a_result(mlp_workload):
-    req = {"workload": mlp_workload.to_json(), "template": "dense",
-           "config": get_template("dense").default_config(mlp_workload).to_json(), "repeat": 2, "min_repeat_ms": 1}
+    from codegen import compile_kernel
+    dense = get_template("dense")
+    req = {"kernel": compile_kernel(dense, mlp_workload, dense.default_config(mlp_workload)), "repeat": 2,
+           "min_repeat_ms": 1}
     w = Worker({"NUMBA_NUM_THREADS": "1"})
     try:
         status, reply = w.call(durability_jobs.noisy_run, req, 300)[:2]

@@ -37,11 +37,11 @@ def test_crash_and_hang_become_failed_results_and_the_run_goes_on(mlp_workload):
 
 def test_wrong_result_is_recorded_not_ranked(mlp_workload, monkeypatch):
     """A template bug that computes garbage is caught by the NumPy check."""
+    from codegen import compile_kernel
     from tuner.measure import jobs
     wl = mlp_workload
-    bad = dict(wl.to_json())
-    runner_req = {"workload": bad, "template": "dense", "config": get_template("dense").default_config(wl).to_json(),
-                  "repeat": 1, "min_repeat_ms": 1}
+    dense = get_template("dense")
+    runner_req = {"kernel": compile_kernel(dense, wl, dense.default_config(wl)), "repeat": 1, "min_repeat_ms": 1}
     real = jobs._expected
     monkeypatch.setattr(jobs, "_expected", lambda w: ([(a, e + 1.0) for a, e in real(w)[0]], real(w)[1]))
     reply = jobs.run_job(runner_req)

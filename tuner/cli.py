@@ -50,6 +50,13 @@ def _parser() -> argparse.ArgumentParser:
                         "workers import it too (also $TENSORTUNE_PLUGINS, comma-separated)")
     p.add_argument("--fallback", default=None, metavar="onnxruntime",
                    help="ops tensortune cannot run go to onnxruntime when the whole model is timed")
+    p.add_argument("--runner", default="local", metavar="NAME",
+                   help="what checks and times candidates: local (a worker process on this machine; default)")
+    p.add_argument("--builder", default="local", metavar="NAME",
+                   help="what compiles candidates: local (worker processes on every core; default)")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="at the end, write the convergence plot here: best latency per task and estimated model "
+                        "latency vs trials (needs matplotlib: pip install 'tensortune[plot]')")
     return p
 
 
@@ -99,10 +106,11 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     from ir.custom import load_plugins
+    from ir.settings import current
     from ir.shapes import parse_dim_ranges, parse_shape_points
-    from runtime.cli import cli_plugins
     from runtime.fallback import check_fallback
-    load_plugins(cli_plugins(args.plugin))
+    settings = current()   # run_cli installed what the environment asks for
+    load_plugins(list(args.plugin) + list(settings.plugins))
     check_fallback(args.fallback)
     dims = parse_dim_ranges(args.dim)
     shapes = parse_shape_points(args.shape)
@@ -129,10 +137,17 @@ def _run(args) -> int:
     from tuner.scheduler import SCHEDULERS
     if args.scheduler not in SCHEDULERS:
         raise TensortuneError(f"unknown --scheduler '{args.scheduler}' (choose from: {', '.join(SCHEDULERS)})")
-    from ir import load_onnx
-    load_onnx(args.model)  # fail on a bad model before opening anything else
-    from codegen import cache_dir
-    cache_dir()  # a kernel cache we may not use fails here, not as a compile_error per candidate
+    from tuner.measure import builder_names, runner_names
+    if args.runner not in runner_names():
+        raise TensortuneError(f"unknown --runner '{args.runner}' (choose from: {', '.join(runner_names())})")
+    if args.builder not in builder_names():
+        raise TensortuneError(f"unknown --builder '{args.builder}' (choose from: {', '.join(builder_names())})")
+    if args.plot:
+        _check_plot_path(args.plot)
+    from ir import import_onnx, simplify
+    graph = simplify(import_onnx(args.model, dims))  # read once; fails on a bad model before anything opens
+    from codegen import cache_dir, host_target
+    cache_dir(settings)  # a kernel cache we may not use fails here, not as a compile_error per candidate
     from database import Database
     from tuner.tune import (TuneOptions, _ms, estimated_latency, measure_model_latency, summary_table, tune_model,
                             unusable_warnings)
@@ -143,8 +158,9 @@ def _run(args) -> int:
                        build_timeout=args.build_timeout, run_timeout=args.run_timeout, number=args.number,
                        repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, flush_cache=args.flush_cache,
                        scheduler=args.scheduler, time_budget=args.time_budget, cost_model=args.cost_model,
-                       transfer=not args.no_transfer, fallback=args.fallback)
-    graph, points, reports, uncovered = tune_model(args.model, db, opts, dims, shapes)
+                       transfer=not args.no_transfer, fallback=args.fallback, builder=args.builder,
+                       runner=args.runner, plot=args.plot)
+    graph, points, reports, uncovered = tune_model(graph, db, opts, shapes=shapes, settings=settings)
     print(summary_table(reports))
     if getattr(reports, "stopped", "") and reports.stopped != "trials":
         print(f"stopped: {reports.stopped}")
@@ -154,8 +170,8 @@ def _run(args) -> int:
     est = estimated_latency(reports)
     if args.measure_runs > 0 and reports and not nothing_usable:
         try:
-            measured = measure_model_latency(args.model, db, dims, points[0], runs=args.measure_runs,
-                                             fallback=args.fallback)
+            measured = measure_model_latency(graph, db, None, points[0], runs=args.measure_runs,
+                                             fallback=args.fallback, settings=settings)
         except Exception as e:  # tuning results are stored; a failing model run must not hide that
             print(f"end-to-end latency not measured: {type(e).__name__}: {redact(e)}", file=sys.stderr)
             measured = None
@@ -172,10 +188,12 @@ def _run(args) -> int:
         print(f"{len(uncovered)} subgraph(s) have no template (shape computations fold once per shape at run time, reshapes run as views, anything else on the NumPy reference path): "
               + ", ".join(sorted({str(sg) for sg in uncovered})))
     print(f"results in {redact(db.url)}")
+    if args.plot:
+        print(f"convergence plot written to {args.plot}")
     if args.plan:
-        from codegen import host_target
         from runtime import build_plan
-        plan = build_plan(graph, db, points, host_target().key, graph.name)
+        target = host_target(settings.backend, settings)
+        plan = build_plan(graph, db, points, target.key, graph.name, target=target)
         plan.save(args.plan)
         print(f"plan with {len(plan.entries)} entries written to {args.plan}")
     if nothing_usable:
@@ -183,6 +201,16 @@ def _run(args) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def _check_plot_path(path: str) -> None:
+    """--plot needs matplotlib and a folder to write into: both known before tuning starts."""
+    import os
+    from tuner.plot import PlotError, require_matplotlib
+    require_matplotlib()
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise PlotError(f"--plot {path}: no folder {folder}")
 
 
 if __name__ == "__main__":

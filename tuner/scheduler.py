@@ -66,11 +66,19 @@ class TaskScheduler(abc.ABC):
     def objective(self) -> float | None:
         return estimated_latency(zip(self.weights, self.best))
 
-    def next_task(self) -> int | None:
-        """The task to tune next, or None when every task has retired."""
+    def next_task(self, busy=()) -> int | None:
+        """The task to tune next, or None when every task has retired. Tasks in `busy`
+        (a batch of theirs is still being measured) are passed over while others are active."""
         if not self.active:
             return None
-        return self._pick()
+        idle = self.active - set(busy)
+        if not idle or idle == self.active:
+            return self._pick()
+        active, self.active = self.active, idle
+        try:
+            return self._pick()
+        finally:
+            self.active = active
 
     @abc.abstractmethod
     def _pick(self) -> int:

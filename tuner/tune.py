@@ -1,31 +1,35 @@
 """The tuning loop: model → passes → partition → tasks → search + measure → database.
 
-It knows only interfaces (SearchStrategy, Builder, Runner, Database); every
-result is committed to the database as it arrives (and Ctrl-C or SIGTERM waits for
-a commit in progress), so an interrupted run loses nothing and a new run resumes
-from what is stored, measuring once more the configs whose failure was transient.
-Configs are claimed in the database before they are measured, so tuners sharing a
-database never measure one twice.
+It knows only interfaces (SearchStrategy, Builder, Runner, Database, measure
+callbacks); builder and runner are created by name (`tuner.measure.registry`). The
+loop keeps up to `runner.capacity` batches in flight and takes each result as it
+finishes; what happens then (store, learn, share, log, progress, plot) are the
+callbacks of `tuner.callbacks`. Every result is committed to the database as it
+arrives (and Ctrl-C or SIGTERM waits for a commit in progress), so an interrupted
+run loses nothing and a new run resumes from what is stored, measuring once more the
+configs whose failure was transient. Configs are claimed in the database before
+they are measured, so tuners sharing a database never measure one twice.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 import uuid
-from contextlib import contextmanager, nullcontext
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from codegen import Target, host_target
 from database import Database, Record
 from ir import import_onnx, simplify
-from ir.errors import TensortuneError, redact
+from ir.errors import TensortuneError
+from ir.graph import Graph
+from ir.settings import Settings, resolve
 from ir.shapes import DimRange
-from tuner.measure import Builder, LocalBuilder, LocalRunner, MeasureInput, MeasureResult, Runner
+from tuner.measure import Builder, MeasureInput, MeasureResult, Runner, make_builder, make_runner
 from tuner.search import make_strategy
 from tuner.task import Task, extract_tasks, shape_points
 
@@ -53,6 +57,9 @@ class TuneOptions:
     max_prior: int = 4000                # transfer-learning rows at most
     claim_ttl: float | None = None       # seconds a claimed config stays reserved (None: a batch's worst case)
     fallback: str | None = None          # "onnxruntime": unsupported ops do not stop tuning the rest
+    builder: str = "local"               # measurement stages by name (tuner.measure.registry)
+    runner: str = "local"
+    plot: str | None = None              # write the convergence plot (PNG) here at the end
 
 
 @dataclass
@@ -63,6 +70,7 @@ class TaskReport:
     best: float | None = None            # seconds
     best_config: dict | None = None
     default: float | None = None         # latency of the template's default config
+    initial: float | None = None         # best stored before this run (resume)
     since_best: int = 0
     history: list = field(default_factory=list)
     failed: dict = field(default_factory=dict)   # status -> failures of this run
@@ -98,31 +106,126 @@ class Timing:
 
 
 class TuneReports(list):
-    """The per-task reports (a list), plus `timing` and `stopped` (why tuning ended)."""
+    """The per-task reports (a list), plus `timing`, `stopped` (why tuning ended) and
+    `order` (the task index of each result, in the order results arrived)."""
     timing: Timing
     stopped: str = ""
+    order: list
+
+
+def builder_options(opts: TuneOptions, settings: Settings) -> dict:
+    """The options every builder factory takes (`tuner.measure.registry`)."""
+    return {"timeout": opts.build_timeout, "settings": settings}
+
+
+def runner_options(opts: TuneOptions, settings: Settings) -> dict:
+    """The options every runner factory takes (`tuner.measure.registry`)."""
+    return {"timeout": opts.run_timeout, "repeat": opts.repeat, "min_repeat_ms": opts.min_repeat_ms,
+            "number": opts.number, "flush_cache": opts.flush_cache, "settings": settings}
 
 
 def to_record(r: MeasureResult, target: Target, strategy: str, template_version: int) -> Record:
+    """The record of one result, under the target of the machine that measured it (the
+    worker says which), or `target` for results no machine measured (failed builds)."""
     wl = r.input.workload
     return Record(workload=wl.to_json(), workload_key=wl.key, signature=wl.signature, family=wl.family,
-                  template=r.input.template, template_version=template_version, target=target.describe(),
+                  template=r.input.template, template_version=template_version,
+                  target=dict(r.target) if r.target else target.describe(),
                   config=r.input.config.to_json(), status=r.status, latencies=list(r.latencies), median=r.median,
                   spread=r.spread, error=r.error[:2000], compile_s=r.compile_s, strategy=strategy, flops=wl.flops())
 
 
-class _Log:
-    def __init__(self, path: str | None):
-        self.f = open(path, "a") if path else None
+class TuneContext:
+    """The state of one `tune_tasks` call, as measure callbacks see it: `reports`, `db`,
+    `opts`, `target`, `settings`, `scheduler`, `strategies` (per task), `owner` (of the
+    claims), `batch` (the `Batch` just finished, in `on_batch`), `interrupts`."""
 
-    def write(self, **event) -> None:
-        if self.f:
-            self.f.write(redact(json.dumps({"time": time.time(), **event}, default=str)) + "\n")
-            self.f.flush()
+    def __init__(self, reports: TuneReports, db: Database, opts: TuneOptions, target: Target, settings: Settings,
+                 scheduler, callbacks: list):
+        self.reports, self.db, self.opts, self.target, self.settings = reports, db, opts, target, settings
+        self.scheduler, self.callbacks = scheduler, callbacks
+        self.timing = reports.timing
+        self.strategies: list = []
+        self.retry: list[list] = []            # per task: configs whose stored failures were transient
+        self.tries: list[dict] = []            # per task: config hash -> records stored before this run
+        self.owner = f"{_host()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"   # see owner_alive
+        self.ttl = opts.claim_ttl or opts.batch_size * (opts.build_timeout + opts.run_timeout) + 60.0
+        self.interrupts: _Interrupts | None = None
+        self.batch: Batch | None = None
 
-    def close(self):
-        if self.f:
-            self.f.close()
+    def add_task(self, rep: TaskReport) -> None:
+        t, db, target, opts = rep.task, self.db, self.target, self.opts
+        known = db.measured(t.workload.key, target.key) if opts.resume else {}
+        retry = db.retryable(t.workload.key, target.key) if opts.resume else {}
+        space = t.template.space(t.workload)
+        configs = []
+        for cfg, _ in retry.values():
+            try:
+                configs.append(space.validate(cfg))
+            except Exception:  # a config of an older template version: not retried
+                continue
+        self.retry.append(configs)
+        self.tries.append({h: n for h, (_, n) in retry.items()})
+        self.strategies.append(make_task_strategy(t, db, opts, target, known))
+        oks = [m for m in known.values() if m is not None]
+        rep.best = rep.initial = min(oks) if oks else None
+        rep.default = known.get(t.template.default_config(t.workload).hash)
+        if rep.best is not None:
+            best = db.best(t.workload.key, target.key, 1)
+            rep.best_config = best[0].config if best else None
+
+    def claim_batch(self, i: int, n: int) -> list:
+        """Up to n configs for task i that no other tuner holds or has measured meanwhile;
+        refused proposals are dropped (their holder measures them) and the batch refilled."""
+        rep, strategy, wl = self.reports[i], self.strategies[i], self.reports[i].task.workload
+        out = []
+        while len(out) < n:
+            configs = _next_configs(rep, strategy, n - len(out), self.retry[i])
+            if not configs:   # the space is exhausted (for this tuner)
+                break
+            strategy.measured |= {c.hash for c in configs}
+            known = {c.hash: self.tries[i].get(c.hash, 0) for c in configs} if self.opts.resume else None
+            granted = set(self.db.claim(wl.key, self.target.key, [c.hash for c in configs], self.owner, self.ttl,
+                                        known, alive=owner_alive))
+            out += [c for c in configs if c.hash in granted]
+        return out
+
+    def on_result(self, i: int, r: MeasureResult) -> None:
+        """Account for one result, then hand it to the callbacks (the first stores it),
+        shielded: a signal that arrives meanwhile stops the run after them, so the log
+        matches the database."""
+        with self.interrupts.shielded():
+            rep = self.reports[i]
+            self.reports.order.append(i)
+            _account(rep, r, default=r.input.config == rep.task.template.default_config(rep.task.workload))
+            for cb in self.callbacks:
+                cb.on_result(self, i, r)
+
+    def on_batch(self, b: Batch) -> None:
+        """Tell the scheduler (retiring a task that stopped improving), then the callbacks."""
+        i, rep, scheduler = b.task, self.reports[b.task], self.scheduler
+        self.batch = b
+        scheduler.update(i, len(b.results), rep.best)
+        self.timing.candidates += len(b.results)
+        if self.opts.early_stopping and rep.since_best >= self.opts.early_stopping:
+            scheduler.retire(i)
+            b.early_stopped = True
+        for cb in self.callbacks:
+            cb.on_batch(self, i, b.results)
+
+    def end(self, failed: bool) -> None:
+        """Every callback's `on_end`, even after a failure; an error of one is raised
+        after all ran, unless the run already fails (then it is a warning)."""
+        errors = []
+        for cb in self.callbacks:
+            try:
+                cb.on_end(self)
+            except Exception as e:
+                errors.append(e)
+        if errors and not failed:
+            raise errors[0]
+        for e in errors:
+            warnings.warn(f"measure callback failed at the end of an interrupted run: {type(e).__name__}: {e}")
 
 
 def _history(db: Database, t: Task, target: Target, space) -> list:
@@ -170,88 +273,146 @@ def make_task_strategy(t: Task, db: Database, opts: TuneOptions, target: Target,
     return make_strategy(opts.strategy, space, seed=opts.seed, measured=set(known), history=history, **kw)
 
 
-def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Target | None = None,
-               builder: Builder | None = None, runner: Runner | None = None) -> TuneReports:
-    """Spend `opts.trials` measurements (or `opts.time_budget` seconds) over `tasks`, one
-    batch at a time, the task scheduler choosing which task gets the next batch.
 
-    Each config is claimed in the database before it is built (concurrent tuners on one
-    database never measure it twice) and each result is committed as the runner returns
-    it; SIGINT/SIGTERM stop the run between two commits, never inside one."""
+def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Target | None = None,
+               builder: Builder | str | None = None, runner: Runner | str | None = None, *,
+               settings: Settings | None = None, callbacks=()) -> TuneReports:
+    """Spend `opts.trials` measurements (or `opts.time_budget` seconds) over `tasks`, the
+    task scheduler choosing which task gets the next batch; up to `runner.capacity`
+    batches are measured at once.
+
+    `builder`/`runner`: instances, or names for `tuner.measure.registry` (default
+    `opts.builder`/`opts.runner`, "local"); those made here are closed here. `callbacks`:
+    `tuner.callbacks.MeasureCallback`s run after the defaults (save, learn, share, log,
+    progress, plot). Each config is claimed in the database before it is built
+    (concurrent tuners on one database never measure it twice) and each result is
+    committed as the runner returns it; SIGINT/SIGTERM stop the run between two
+    commits, never inside one."""
+    from tuner.callbacks import default_callbacks
     from tuner.scheduler import make_scheduler
     t_start = time.perf_counter()
     db.require_writable("store measurements")   # before anything is measured
-    target = target or host_target()
-    own_builder, own_runner = builder is None, runner is None
-    builder = builder or LocalBuilder(timeout=opts.build_timeout)
-    runner = runner or LocalRunner(timeout=opts.run_timeout, repeat=opts.repeat, min_repeat_ms=opts.min_repeat_ms,
-                                   number=opts.number, flush_cache=opts.flush_cache)
-    reports = TuneReports(TaskReport(t) for t in tasks)
-    timing = reports.timing = Timing()
-    scheduler = make_scheduler(opts.scheduler, tasks, seed=opts.seed)
-    run = _Run(reports, db, opts, target, _Log(opts.log_file))
-    bar = None
+    settings = resolve(settings)
+    target = target or host_target(settings.backend, settings)
+    owned = []
     try:
-        with _Interrupts() as run.interrupts:
+        if builder is None or isinstance(builder, str):
+            builder = make_builder(builder or opts.builder, **builder_options(opts, settings))
+            owned.append(builder)
+        if runner is None or isinstance(runner, str):
+            runner = make_runner(runner or opts.runner, **runner_options(opts, settings))
+            owned.append(runner)
+        reports = TuneReports(TaskReport(t) for t in tasks)
+        reports.timing, reports.order = Timing(), []
+        ctx = TuneContext(reports, db, opts, target, settings, make_scheduler(opts.scheduler, tasks, seed=opts.seed),
+                          default_callbacks(opts) + list(callbacks or ()))
+    except BaseException:
+        for stage in owned:
+            stage.close()
+        raise
+    timing, failed = reports.timing, False
+    try:
+        with _Interrupts() as ctx.interrupts:
             for i, rep in enumerate(reports):
                 t0 = time.perf_counter()
-                run.add_task(rep)
+                ctx.add_task(rep)
                 timing.model_s += time.perf_counter() - t0
-                scheduler.set_best(i, rep.best)
-            run.log.write(event="start", tasks=[r.task.name for r in reports], options=vars(opts), target=target.key)
-            bar = run.bar = _progress(opts)
-            spent, reports.stopped = 0, "trials"
-            while spent < opts.trials:
-                if opts.time_budget is not None and time.perf_counter() - t_start >= opts.time_budget:
-                    reports.stopped = "time budget"
-                    break
-                i = scheduler.next_task()
+                ctx.scheduler.set_best(i, rep.best)
+            for cb in ctx.callbacks:
+                cb.on_start(ctx)
+            reports.stopped = _measure(ctx, builder, runner, t_start)
+    except KeyboardInterrupt:
+        reports.stopped, failed = "interrupted", True
+        raise
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        timing.wall_s = time.perf_counter() - t_start
+        try:
+            db.release(ctx.owner)   # configs claimed but not measured (an interrupt): free for others
+        except TensortuneError:
+            pass                    # they expire anyway; never hide why the run stopped
+        try:
+            ctx.end(failed)
+        finally:
+            for stage in owned:
+                stage.close()
+    return reports
+
+
+@dataclass
+class Batch:
+    """One batch in flight: its task, what was built, what came back so far, and what it cost."""
+    task: int
+    inputs: list
+    builds: list
+    results: list = field(default_factory=list)
+    build_s: float = 0.0
+    run_s: float = 0.0        # time the loop waited for the runner on this batch's results
+    compiles: int = 0
+    early_stopped: bool = False
+
+    @property
+    def done(self) -> bool:
+        return len(self.results) == len(self.inputs)
+
+
+def _compiles(builds) -> int:
+    """Builds that really compiled; candidates sharing one source share one compile."""
+    return len({b.kernel.artifact.key if b.kernel is not None else id(b) for b in builds
+                if b.status == "ok" and b.compile_s > 0 and not b.cached})
+
+
+def _measure(ctx: "TuneContext", builder: Builder, runner: Runner, t_start: float) -> str:
+    """Keep up to `runner.capacity` batches in flight until the trials, the time budget or
+    the tasks run out; hand each result, then each finished batch, to the callbacks.
+    Returns why it stopped. A capacity-1 runner gets the next batch only after the last
+    one is done: build on all cores, then time exclusively."""
+    opts, reports, scheduler, timing = ctx.opts, ctx.reports, ctx.scheduler, ctx.reports.timing
+    capacity = max(1, int(getattr(runner, "capacity", 1)))
+    flight: dict[int, Batch] = {}
+    spent, stopped = 0, None
+    while True:
+        while stopped is None and len(flight) < capacity:
+            pending = sum(len(b.inputs) - len(b.results) for b in flight.values())
+            if spent + pending >= opts.trials:
+                stopped = "trials"
+            elif opts.time_budget is not None and time.perf_counter() - t_start >= opts.time_budget:
+                stopped = "time budget"
+            else:
+                i = scheduler.next_task(busy={b.task for b in flight.values()})
                 if i is None:
-                    reports.stopped = "every task finished (exhausted or stopped early)"
+                    stopped = "every task finished (exhausted or stopped early)"
                     break
                 t0 = time.perf_counter()
-                configs = run.claim_batch(i, min(opts.batch_size, opts.trials - spent))
+                configs = ctx.claim_batch(i, min(opts.batch_size, opts.trials - spent - pending))
                 timing.model_s += time.perf_counter() - t0
                 if not configs:
                     scheduler.retire(i)
                     continue
-                rep = reports[i]
-                inputs = [MeasureInput(rep.task.workload, rep.task.template.name, c) for c in configs]
+                task = reports[i].task
+                inputs = [MeasureInput(task.workload, task.template.name, c) for c in configs]
                 t0 = time.perf_counter()
                 builds = builder.build(inputs)
-                t1 = time.perf_counter()
-                results = []
-                for r in runner.stream(inputs, builds):
-                    results.append(r)
-                    run.on_result(i, r)
-                run_s = time.perf_counter() - t1 - run.db_s_batch   # the commits in between are db_s
-                timing.build_s += t1 - t0
-                timing.run_s += run_s
-                n_compiles = len({id(b) for b in builds if b.status == "ok" and b.compile_s > 0 and not b.cached})
-                timing.compiles += n_compiles
-                run.on_batch(i, results, scheduler, n_compiles, build_s=t1 - t0, run_s=run_s)
-                spent += len(results)
-    except KeyboardInterrupt:
-        reports.stopped = "interrupted"
-        raise
-    finally:
-        timing.wall_s = time.perf_counter() - t_start
-        if bar is not None:
-            bar.close()
-        try:
-            db.release(run.owner)   # configs claimed but not measured (an interrupt): free for others
-        except TensortuneError:
-            pass                    # they expire anyway; never hide why the run stopped
-        run.log.write(event="end", stopped=getattr(reports, "stopped", ""), timing=timing.to_json(),
-                      estimated_latency=estimated_latency(reports),
-                      tasks=[{"task": r.task.name, "trials": r.trials, "best": r.best, "config": r.best_config}
-                             for r in reports])
-        run.log.close()
-        if own_builder:
-            builder.close()
-        if own_runner:
-            runner.close()
-    return reports
+                b = Batch(i, inputs, builds, build_s=time.perf_counter() - t0, compiles=_compiles(builds))
+                timing.build_s += b.build_s
+                timing.compiles += b.compiles
+                flight[runner.submit(inputs, builds)] = b
+        if not flight:
+            return stopped or "trials"
+        t0 = time.perf_counter()
+        ticket, r = runner.next_result()
+        dt = time.perf_counter() - t0
+        b = flight[ticket]
+        b.run_s += dt
+        timing.run_s += dt
+        b.results.append(r)
+        ctx.on_result(b.task, r)
+        spent += 1
+        if b.done:
+            del flight[ticket]
+            ctx.on_batch(b)
 
 
 def _host() -> str:
@@ -312,111 +473,6 @@ class _Interrupts:
             raise KeyboardInterrupt
 
 
-class _Run:
-    """The state of one `tune_tasks` call and what happens after each result (store,
-    account, log) and after each batch (learn, schedule, log): the two places where
-    measure callbacks hook in."""
-
-    def __init__(self, reports: TuneReports, db: Database, opts: TuneOptions, target: Target, log: "_Log"):
-        self.reports, self.db, self.opts, self.target, self.log = reports, db, opts, target, log
-        self.strategies: list = []
-        self.retry: list[list] = []            # per task: configs whose stored failures were transient
-        self.tries: list[dict] = []            # per task: config hash -> records stored before this run
-        self.owner = f"{_host()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"   # see owner_alive
-        self.ttl = opts.claim_ttl or opts.batch_size * (opts.build_timeout + opts.run_timeout) + 60.0
-        self.interrupts = None
-        self.bar = None
-        self.db_s_batch = 0.0
-
-    def add_task(self, rep: TaskReport) -> None:
-        t, db, target, opts = rep.task, self.db, self.target, self.opts
-        known = db.measured(t.workload.key, target.key) if opts.resume else {}
-        retry = db.retryable(t.workload.key, target.key) if opts.resume else {}
-        space = t.template.space(t.workload)
-        configs = []
-        for cfg, _ in retry.values():
-            try:
-                configs.append(space.validate(cfg))
-            except Exception:  # a config of an older template version: not retried
-                continue
-        self.retry.append(configs)
-        self.tries.append({h: n for h, (_, n) in retry.items()})
-        self.strategies.append(make_task_strategy(t, db, opts, target, known))
-        oks = [m for m in known.values() if m is not None]
-        rep.best = min(oks) if oks else None
-        rep.default = known.get(t.template.default_config(t.workload).hash)
-        if rep.best is not None:
-            best = db.best(t.workload.key, target.key, 1)
-            rep.best_config = best[0].config if best else None
-
-    def claim_batch(self, i: int, n: int) -> list:
-        """Up to n configs for task i that no other tuner holds or has measured meanwhile;
-        refused proposals are dropped (their holder measures them) and the batch refilled."""
-        rep, strategy, wl = self.reports[i], self.strategies[i], self.reports[i].task.workload
-        out = []
-        while len(out) < n:
-            configs = _next_configs(rep, strategy, n - len(out), self.retry[i])
-            if not configs:   # the space is exhausted (for this tuner)
-                break
-            strategy.measured |= {c.hash for c in configs}
-            known = {c.hash: self.tries[i].get(c.hash, 0) for c in configs} if self.opts.resume else None
-            granted = set(self.db.claim(wl.key, self.target.key, [c.hash for c in configs], self.owner, self.ttl,
-                                        known, alive=owner_alive))
-            out += [c for c in configs if c.hash in granted]
-        return out
-
-    def on_result(self, i: int, r: MeasureResult) -> None:
-        """Store one result the moment it exists, then account for it and log it; a signal
-        that arrives meanwhile stops the run after that, so the log matches the database."""
-        with self.interrupts.shielded() if self.interrupts else nullcontext():
-            self._on_result(i, r)
-
-    def _on_result(self, i: int, r: MeasureResult) -> None:
-        rep = self.reports[i]
-        t0 = time.perf_counter()
-        self.db.add_many([to_record(r, self.target, self.opts.strategy, rep.task.template.version)], owner=self.owner)
-        dt = time.perf_counter() - t0
-        self.reports.timing.db_s += dt
-        self.db_s_batch += dt
-        _account(rep, r, default=r.input.config == rep.task.template.default_config(rep.task.workload))
-        self.log.write(event="measure", task=rep.task.name, workload=rep.task.workload.key,
-                       config=r.input.config.to_json(), status=r.status, median=r.median, spread=r.spread,
-                       compile_s=r.compile_s, error=r.error[:200], best=rep.best)
-
-    def on_batch(self, i: int, results: list, scheduler, n_compiles: int, build_s: float, run_s: float) -> None:
-        """Learn from a finished batch, tell the scheduler, log the round."""
-        rep, strategy, timing = self.reports[i], self.strategies[i], self.reports.timing
-        t0 = time.perf_counter()
-        strategy.update(results)
-        if self.opts.transfer:
-            _share(i, results, self.reports, self.strategies)
-        timing.model_s += time.perf_counter() - t0
-        scheduler.update(i, len(results), rep.best)
-        timing.candidates += len(results)
-        self.db_s_batch = 0.0
-        if self.opts.early_stopping and rep.since_best >= self.opts.early_stopping:
-            scheduler.retire(i)
-            self.log.write(event="early_stop", task=rep.task.name, trials=rep.trials)
-        self.log.write(event="round", task=rep.task.name, trials=rep.trials, best=rep.best,
-                       estimated_latency=estimated_latency(self.reports), candidates=len(results),
-                       compiles=n_compiles, build_s=round(build_s, 3), run_s=round(run_s, 3))
-        if self.bar is not None:
-            self.bar.update(len(results))
-            self.bar.set_postfix_str(_status_line(self.reports, rep, i))
-
-
-def _share(i: int, results, reports, strategies) -> None:
-    """Transfer within a run: results of task i become prior rows of the other
-    model-guided tasks of the same template (other shapes learn from this one)."""
-    src = strategies[i]
-    if not hasattr(src, "featurize"):
-        return
-    rows = [(src.featurize.row(r.input.config), r.median, reports[i].task.workload.key) for r in results]
-    for j, rep in enumerate(reports):
-        if j != i and rep.task.template.name == reports[i].task.template.name and hasattr(strategies[j], "add_prior"):
-            strategies[j].add_prior(rows)
-
-
 def _next_configs(rep: TaskReport, strategy, n: int, retry: list | None = None):
     """The default config first (to report speedups), then configs whose stored failures
     were transient (each tried once more, popped from `retry`), then what the strategy proposes."""
@@ -443,13 +499,6 @@ def _account(rep: TaskReport, r: MeasureResult, default: bool) -> None:
     rep.history.append(rep.best)
 
 
-def _progress(opts: TuneOptions):
-    if not opts.progress:
-        return None
-    from tqdm import tqdm
-    return tqdm(total=opts.trials, desc="tuning", unit="trial", file=sys.stderr, dynamic_ncols=True)
-
-
 def unusable_warnings(reports: list[TaskReport]) -> list[str]:
     """One line per task left without any working config (this run or stored): what failed."""
     out = []
@@ -463,9 +512,8 @@ def unusable_warnings(reports: list[TaskReport]) -> list[str]:
 
 def estimated_latency(reports: list[TaskReport]) -> float | None:
     """Σ occurrences × best latency over tasks: the model's estimated tuned latency."""
-    if any(r.best is None for r in reports):
-        return None
-    return sum(r.task.weight * r.best for r in reports)
+    from tuner.scheduler import estimated_latency as weighted
+    return weighted((r.task.weight, r.best) for r in reports)
 
 
 def _status_line(reports, rep, i: int) -> str:
@@ -499,12 +547,14 @@ def summary_table(reports: list[TaskReport]) -> str:
 
 
 def measure_model_latency(model, db, dims=None, sizes: dict | None = None, runs: int = 10, seed: int = 0,
-                          fallback: str | None = None) -> float:
-    """Median seconds of one run of the whole model with its tuned kernels (runtime.load
-    on random inputs at `sizes`), after a warm-up run that compiles and packs."""
+                          fallback: str | None = None, settings: Settings | None = None) -> float:
+    """Median seconds of one run of the whole model (a path, a ModelProto or an imported
+    `ir.Graph`) with its tuned kernels (runtime.load on random inputs at `sizes`), after a
+    warm-up run that compiles and packs."""
     import runtime
     from runtime.cli import random_feeds
-    m = runtime.load(model, db=db, dims=dims, fallback=fallback)
+    settings = resolve(settings)
+    m = runtime.load(model, db=db, dims=dims, fallback=fallback, target=settings.backend, settings=settings)
     feeds = random_feeds(m.graph, dict(sizes or {}), seed)
     m.run(feeds)
     ts = []
@@ -535,14 +585,17 @@ def check_runnable(graph) -> None:
 
 def tune_model(model, db: Database, opts: TuneOptions, dims: dict[str, DimRange] | None = None,
                shapes: dict[str, list[int]] | None = None, target: Target | None = None,
-               builder: Builder | None = None, runner: Runner | None = None):
-    """Import, simplify, partition and tune a model. Returns (graph, points, reports, uncovered subgraphs)."""
+               builder: Builder | str | None = None, runner: Runner | str | None = None, *,
+               settings: Settings | None = None, callbacks=()):
+    """Import, simplify, partition and tune a model (a path or ModelProto; an `ir.Graph`
+    is taken as already imported and simplified). Returns (graph, points, reports,
+    uncovered subgraphs)."""
     if opts.trials <= 0:
         raise TensortuneError(f"--trials must be a positive number, got {opts.trials}")
-    graph = simplify(import_onnx(model, dims))
+    graph = model if isinstance(model, Graph) else simplify(import_onnx(model, dims))
     if not opts.fallback:
         check_runnable(graph)
     points = shape_points(graph.dims, shapes)
     tasks, uncovered = extract_tasks(graph, points)
-    reports = tune_tasks(tasks, db, opts, target, builder, runner)
+    reports = tune_tasks(tasks, db, opts, target, builder, runner, settings=settings, callbacks=callbacks)
     return graph, points, reports, uncovered

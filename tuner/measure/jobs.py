@@ -1,4 +1,6 @@
-"""The code that runs inside worker processes: build a candidate, or check and time it."""
+"""The code that runs inside worker processes: compile a loop module, or check and time
+a built kernel. Each request carries the tuner's `ir.settings.Settings`: the worker
+builds its backend from them, never from the environment it inherited."""
 from __future__ import annotations
 
 import os
@@ -7,28 +9,29 @@ import time
 
 import numpy as np
 
-from codegen import compile_kernel
+from codegen import get_backend
 from ir import accuracy, settings
 from ir.workload import Workload
-from schedules import get_template
 
 # workload key -> ([(inputs, expected output) per check input set], reduction length), per worker process
 _REFERENCE: dict[str, tuple] = {}
 
 
-def _kernel(req: dict):
-    if "settings" in req:   # the tuner's settings, not whatever environment the worker inherited
-        settings.use(settings.Settings.from_json(req["settings"]))
-    wl = Workload.from_json(req["workload"])
-    template = get_template(req["template"])
-    cfg = template.space(wl).validate(req["config"])
-    return wl, compile_kernel(template, wl, cfg)
+def _backend(req: dict):
+    """The backend the tuner asked for, with its settings (the process default here); the
+    plugins those settings name load first (one may register that backend)."""
+    s = settings.Settings.from_json(req["settings"]) if "settings" in req else settings.current()
+    settings.use(s)
+    if s.plugins:
+        from ir.custom import load_plugins
+        load_plugins(list(s.plugins))
+    return get_backend(s.backend, s)
 
 
-def build_job(req: dict) -> dict:
-    """Compile (into the on-disk cache) so that the runner only loads."""
-    _, k = _kernel(req)
-    return {"compile_s": k.artifact.compile_s, "cached": k.artifact.cached}
+def build_job(req: dict):
+    """Compile `req["module"]` (a lowered template's loop module): the artifact goes back
+    to the builder, which makes it the kernel of every candidate with the same source."""
+    return _backend(req).compile(req["module"])
 
 
 def _fault(kind: str) -> None:
@@ -63,13 +66,13 @@ def _sentinel(out: np.ndarray) -> None:
         out.fill(np.iinfo(out.dtype).min)
 
 
-def check(k, wl: Workload, sets: list, reduction: int, first=None) -> str | None:
+def check(k, wl: Workload, sets: list, reduction: int, first=None, backend=None) -> str | None:
     """None if the kernel matches the reference on every input set, else why not.
     `first`: the kernel already bound to the first set's constants."""
     for n, (arrays, expected) in enumerate(sets):
         out = np.empty(wl.output_shape, dtype=wl.output_dtype)
         _sentinel(out)
-        run = first if n == 0 and first is not None else k.bind(_consts(wl, arrays))
+        run = first if n == 0 and first is not None else k.bind(_consts(wl, arrays), backend)
         run(arrays, out)
         c = accuracy.compare(out, expected, reduction)
         if not c.ok:
@@ -117,20 +120,23 @@ def timed(run, arrays, out, number: int | None, repeat: int, min_repeat_ms: floa
 
 
 def run_job(req: dict) -> dict:
-    """Check the candidate against the NumPy reference on every check input set
+    """Check the built kernel against the NumPy reference on every check input set
     (`ir.accuracy`), then time it on the first: one warm-up call, then `repeat`
-    repeats of `number` calls each (see `timed`)."""
+    repeats of `number` calls each (see `timed`). The reply names the target it ran on."""
     _fault(req.get("fault", ""))
-    wl, k = _kernel(req)
+    backend = _backend(req)
+    k = req["kernel"]
+    wl = k.workload
+    target = backend.target().describe()
     sets, reduction = _expected(wl)
     arrays = sets[0][0]
-    run = k.bind(_consts(wl, arrays))
+    run = k.bind(_consts(wl, arrays), backend)
     if req.get("check", True):
-        wrong = check(k, wl, sets, reduction, first=run)
+        wrong = check(k, wl, sets, reduction, first=run, backend=backend)
         if wrong:
-            return {"wrong": wrong, "compile_s": k.artifact.compile_s}
+            return {"wrong": wrong, "compile_s": k.artifact.compile_s, "target": target}
     out = np.empty(wl.output_shape, dtype=wl.output_dtype)
     run(arrays, out)
     lat, number = timed(run, arrays, out, req.get("number"), req.get("repeat", 5), req.get("min_repeat_ms", 20),
                         bool(req.get("flush_cache", False)))
-    return {"latencies": lat, "number": number, "compile_s": k.artifact.compile_s}
+    return {"latencies": lat, "number": number, "compile_s": k.artifact.compile_s, "target": target}

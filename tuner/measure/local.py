@@ -2,8 +2,13 @@
 
 Builds of a batch run first, on all cores; then the runner times candidates one
 at a time with the machine otherwise idle, so no two timings (and no compile)
-ever share the cores. Candidates whose generated source is identical (they differ
-only in run-time knobs) are compiled once.
+ever share the cores: `LocalRunner.capacity` is 1, and the loop builds the next
+batch only after the last one is timed. Candidates whose generated source is
+identical (they differ only in run-time knobs) are compiled once.
+
+The builder lowers each candidate here, has a worker compile each distinct loop
+module into an artifact, and returns every candidate's `codegen.Kernel`; the
+runner sends that kernel to its worker, which loads the artifact and times it.
 """
 from __future__ import annotations
 
@@ -11,66 +16,71 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-from codegen import get_backend
+from codegen import Kernel, get_backend
+from ir.settings import Settings, resolve
 from schedules import get_template
-from ir.settings import current
 from tuner.measure import jobs
 from tuner.measure.base import Builder, BuildResult, Runner
 from tuner.measure.result import (BUILD_TIMEOUT, COMPILE_ERROR, OK, RUN_TIMEOUT, RUNTIME_ERROR, WORKER_DIED,
                                   WRONG_RESULT, MeasureInput, MeasureResult)
 from tuner.measure.worker import Worker, WorkerDied, WorkerTimeout
 
-
-def _request(inp: MeasureInput, **extra) -> dict:
-    from ir.settings import current
-    return {"workload": inp.workload.to_json(), "template": inp.template, "config": inp.config.to_json(),
-            "fault": inp.fault, "settings": current().to_json(), **extra}
-
-
-def source_key(inp: MeasureInput) -> str:
-    t = get_template(inp.template)
-    return get_backend().source_key(t.lower(inp.workload, inp.config).module)
+_SERIAL = {"NUMBA_NUM_THREADS": "1"}   # a worker's own numba threads would compete with its neighbours
 
 
 class LocalBuilder(Builder):
-    def __init__(self, n_workers: int | None = None, timeout: float = 120.0):
-        self.timeout = timeout
-        self.workers = [Worker({"NUMBA_NUM_THREADS": "1"}) for _ in range(n_workers or current().num_threads)]
+    def __init__(self, n_workers: int | None = None, timeout: float = 120.0, settings: Settings | None = None):
+        self.timeout, self.settings = timeout, resolve(settings)
+        self.backend = get_backend(self.settings.backend, self.settings)
+        self.workers = [Worker(_SERIAL) for _ in range(n_workers or self.settings.num_threads)]
         # threads that live as long as the builder: a worker dies with the thread that started it
         # (PR_SET_PDEATHSIG), so they must not come and go with each batch
         self._pool = ThreadPoolExecutor(len(self.workers), thread_name_prefix="builder")
 
     def build(self, inputs: list[MeasureInput]) -> list[BuildResult]:
-        keys = []
+        lowered, keys = [], []
         for inp in inputs:
             try:
-                keys.append(source_key(inp))
+                low = get_template(inp.template).lower(inp.workload, inp.config)
+                keys.append(self.backend.source_key(low.module))
+                lowered.append(low)
             except Exception as e:  # a template that cannot lower this config
                 keys.append(f"error:{type(e).__name__}: {e}")
+                lowered.append(None)
         unique = [k for k in dict.fromkeys(keys) if not k.startswith("error:")]
-        first = {k: inputs[keys.index(k)] for k in unique}
-        results: dict[str, BuildResult] = {}
+        module = {k: lowered[keys.index(k)].module for k in unique}
+        built: dict[str, tuple] = {}
         chunks = [unique[i::len(self.workers)] for i in range(len(self.workers))]
-        for part in self._pool.map(lambda wc: self._build_all(*wc, first), zip(self.workers, chunks)):
-            results.update(part)
-        return [BuildResult(COMPILE_ERROR, k[6:]) if k.startswith("error:") else results[k] for k in keys]
-
-    def _build_all(self, worker: Worker, keys: list[str], first: dict) -> dict:
-        out = {}
-        for k in keys:
-            out[k] = self._build_one(worker, first[k])
+        for part in self._pool.map(lambda wc: self._build_all(*wc, module), zip(self.workers, chunks)):
+            built.update(part)
+        out = []
+        for inp, low, k in zip(inputs, lowered, keys):
+            if k.startswith("error:"):
+                out.append(BuildResult(COMPILE_ERROR, k[6:]))
+                continue
+            result, artifact = built[k]
+            if result.status != OK:
+                out.append(result)
+                continue
+            kernel = Kernel(inp.workload, inp.template, inp.config, low, artifact)
+            out.append(BuildResult(OK, compile_s=result.compile_s, cached=result.cached, kernel=kernel))
         return out
 
-    def _build_one(self, worker: Worker, inp: MeasureInput) -> BuildResult:
+    def _build_all(self, worker: Worker, keys: list[str], module: dict) -> dict:
+        return {k: self._build_one(worker, module[k]) for k in keys}
+
+    def _build_one(self, worker: Worker, module) -> tuple[BuildResult, object]:
         try:
-            reply = worker.call(jobs.build_job, _request(inp), self.timeout)
+            reply = worker.call(jobs.build_job, {"module": module, "settings": self.settings.to_json()},
+                                self.timeout)
         except WorkerTimeout as e:
-            return BuildResult(BUILD_TIMEOUT, f"build: {e}")
+            return BuildResult(BUILD_TIMEOUT, f"build: {e}"), None
         except WorkerDied as e:
-            return BuildResult(WORKER_DIED, f"build: {e}")
+            return BuildResult(WORKER_DIED, f"build: {e}"), None
         if reply[0] != "ok":
-            return BuildResult(COMPILE_ERROR, reply[1])
-        return BuildResult(OK, compile_s=reply[1]["compile_s"], cached=bool(reply[1].get("cached")))
+            return BuildResult(COMPILE_ERROR, reply[1]), None
+        art = reply[1]
+        return BuildResult(OK, compile_s=art.compile_s, cached=art.cached), art
 
     def close(self) -> None:
         for w in self.workers:
@@ -78,18 +88,27 @@ class LocalBuilder(Builder):
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+def run_request(inp: MeasureInput, build: BuildResult, settings: Settings, **knobs) -> dict:
+    """What a worker needs to check and time one built candidate: its kernel (data: the lowered
+    launch and the artifact; nothing is looked up, lowered or compiled there), the settings, the knobs."""
+    return {"settings": settings.to_json(), "fault": inp.fault, "kernel": build.kernel, **knobs}
+
+
 class LocalRunner(Runner):
     """Times candidates one at a time in one worker process: `repeat` repeats of `number`
     calls (None: as many as fill `min_repeat_ms`), median kept, spread recorded;
     `flush_cache` evicts the caches before each repeat."""
 
+    capacity = 1   # one host: timings never overlap each other or a build
+
     def __init__(self, timeout: float = 30.0, repeat: int = 5, min_repeat_ms: float = 20.0, check: bool = True,
-                 number: int | None = None, flush_cache: bool = False):
+                 number: int | None = None, flush_cache: bool = False, settings: Settings | None = None):
         if repeat < 1 or (number is not None and number < 1):
             raise ValueError(f"repeat and number must be >= 1, got repeat={repeat}, number={number}")
         self.timeout, self.repeat, self.min_repeat_ms, self.check = timeout, repeat, min_repeat_ms, check
         self.number, self.flush_cache = number, flush_cache
-        self.worker = Worker({"NUMBA_NUM_THREADS": "1"})
+        self.settings = resolve(settings)
+        self.worker = Worker(_SERIAL)
 
     def run(self, inputs: list[MeasureInput], builds: list[BuildResult]) -> list[MeasureResult]:
         return list(self.stream(inputs, builds))
@@ -101,8 +120,11 @@ class LocalRunner(Runner):
     def _run_one(self, inp: MeasureInput, build: BuildResult) -> MeasureResult:
         if build.status != OK:
             return MeasureResult(inp, build.status, error=build.error, compile_s=build.compile_s)
-        req = _request(inp, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms, check=self.check,
-                       number=self.number, flush_cache=self.flush_cache)
+        if build.kernel is None:
+            return MeasureResult(inp, RUNTIME_ERROR, error="the builder gave no kernel to run (a builder that "
+                                 "builds nothing, as `replay`, goes with its own runner)")
+        req = run_request(inp, build, self.settings, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
+                          check=self.check, number=self.number, flush_cache=self.flush_cache)
         t0 = time.perf_counter()
         try:
             reply = self.worker.call(jobs.run_job, req, self.timeout)
@@ -115,8 +137,10 @@ class LocalRunner(Runner):
             return MeasureResult(inp, RUNTIME_ERROR, error=reply[1], compile_s=build.compile_s, run_s=run_s)
         r = reply[1]
         if "wrong" in r:
-            return MeasureResult(inp, WRONG_RESULT, error=r["wrong"], compile_s=build.compile_s, run_s=run_s)
-        return MeasureResult(inp, OK, latencies=r["latencies"], compile_s=build.compile_s, run_s=run_s)
+            return MeasureResult(inp, WRONG_RESULT, error=r["wrong"], compile_s=build.compile_s, run_s=run_s,
+                                 target=r.get("target"))
+        return MeasureResult(inp, OK, latencies=r["latencies"], compile_s=build.compile_s, run_s=run_s,
+                             target=r.get("target"))
 
     def close(self) -> None:
         self.worker.close()

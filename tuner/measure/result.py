@@ -26,6 +26,7 @@ class MeasureResult:
     error: str = ""
     compile_s: float = 0.0
     run_s: float = 0.0
+    target: dict | None = None   # Target.describe() of the machine that measured it (None: not measured)
 
     @property
     def ok(self) -> bool:

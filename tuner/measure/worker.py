@@ -189,7 +189,10 @@ def _serve(req_fd: int, rep_fd: int, parent: int, plugins: list[str]) -> None:
             reply = ("ok", fn(payload))
         except BaseException as e:  # report, never die of a job's exception
             reply = ("error", f"{type(e).__name__}: {e}", traceback.format_exc(limit=4))
-        _send(rep_fd, reply)
+        try:
+            _send(rep_fd, reply)   # pickles before it writes: a reply that cannot pickle writes nothing
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            _send(rep_fd, ("error", f"the job's reply cannot be sent back: {type(e).__name__}: {e}", ""))
 
 
 if __name__ == "__main__":

@@ -235,32 +235,6 @@ def test_the_runner_times_the_builders_kernel_from_an_empty_cache(small_dense, t
     assert results[0].target["key"] == host_target("cpu", run_settings).key
 
 
-
-def test_a_template_still_on_closures_is_measured_without_compiling_in_the_runner(tmp_path):
-    """TRANSITIONAL (until every template describes its launch): such a kernel cannot
-    pickle, so the runner sends its artifact and the candidate; still no compile there."""
-    from ir.settings import Settings
-    from schedules import get_template
-    from schedules.template import LegacyLowered
-    from tests.template_cases import make_wl
-    from tuner.measure import LocalBuilder
-    wl = make_wl([("Exp", ["i0"], {}), ("Relu", ["t0"], {})], [((4, 33), "float32", False)])
-    template = get_template("elementwise")
-    assert template.matches(wl)
-    inp = MeasureInput(wl, template.name, template.default_config(wl))
-    builder = LocalBuilder(n_workers=1, timeout=300, settings=Settings(cache_dir=str(tmp_path / "b")))
-    runner = LocalRunner(timeout=60, repeat=1, min_repeat_ms=1, settings=Settings(cache_dir=str(tmp_path / "r")))
-    try:
-        [build] = builder.build([inp])
-        assert build.status == "ok" and isinstance(build.kernel.lowered, LegacyLowered)
-        [res] = runner.run([inp], [build])
-    finally:
-        builder.close()
-        runner.close()
-    assert res.status == "ok", res.error
-    assert (tmp_path / "r" / "kernels" / f"k_{build.kernel.artifact.key}.py").exists()
-
-
 def test_tune_reads_the_model_file_once(monkeypatch, tmp_path, capsys):
     """Tuning, timing the whole model and writing the plan all use the graph read at the start."""
     import ir.onnx_import as onnx_import

@@ -54,7 +54,7 @@ class Target:
         return f"{self.kind}: {name}" + (f" ({extra})" if extra else "")
 
 
-def host_target(kind: str = "cpu", settings=None) -> Target:
-    """The target of backend `kind` on this machine (with `settings`' thread count)."""
+def host_target(kind: str | None = None, settings=None) -> Target:
+    """The target of backend `kind` (default: the settings' backend) on this machine."""
     from codegen.backend import get_backend
     return get_backend(kind, settings).target()

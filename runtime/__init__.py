@@ -83,7 +83,7 @@ def default_sizes(dims: dict[str, DimRange], shapes: dict[str, list[int]] | None
 
 def build_plan(graph, db, points: list[dict], target_key: str, model_name: str = "", target=None) -> Plan:
     """The best stored config per subgraph workload at each tuned shape point (`target`: the
-    `codegen.Target` whose key is `target_key`; default the cpu backend's)."""
+    `codegen.Target` whose key is `target_key`; default the settings' backend's)."""
     from ir.workload import make_workload
     from schedules import find_template
     entries, seen = [], set()
@@ -98,7 +98,7 @@ def build_plan(graph, db, points: list[dict], target_key: str, model_name: str =
                 r = best[0]
                 entries.append(PlanEntry(wl.key, wl.signature, r.template, r.template_version, wl.dims, r.config, r.median))
     dims = {k: [v.lo, v.hi] for k, v in graph.dims.items()}
-    target = target or get_backend("cpu").target()
+    target = target or get_backend().target()
     return Plan(target.describe(), dims, entries, model_name)
 
 

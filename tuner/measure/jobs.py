@@ -94,29 +94,13 @@ def flush_caches(nbytes: int = 64 << 20) -> None:
     buf += 1.0
 
 
-def timed(run, arrays, out, number: int | None, repeat: int, min_repeat_ms: float, flush: bool) -> tuple[list, int]:
-    """(seconds per call of each repeat, number). `number` None: grow it until one
-    repeat lasts `min_repeat_ms`. With `flush`, caches are flushed before every repeat
-    (outside the timed region)."""
-    if number is None:
-        number, min_s = 1, min_repeat_ms / 1000.0
-        while True:
-            t0 = time.perf_counter()
-            for _ in range(number):
-                run(arrays, out)
-            dt = time.perf_counter() - t0
-            if dt >= min_s or number >= 1 << 20:
-                break
-            number = max(number * 2, int(number * min_s / max(dt, 1e-9) * 1.1))
-    lat = []
-    for _ in range(repeat):
-        if flush:
-            flush_caches()
-        t0 = time.perf_counter()
-        for _ in range(number):
-            run(arrays, out)
-        lat.append((time.perf_counter() - t0) / number)
-    return lat, number
+def timed(run, arrays, out, number: int | None, repeat: int, min_repeat_ms: float, flush: bool,
+          backend=None) -> tuple[list, int]:
+    """(seconds per call of each repeat, number), timed by the backend (`Backend.time`: it
+    knows how to wait for its device). `number` None: grow it until one repeat lasts
+    `min_repeat_ms`. With `flush`, caches are flushed before every repeat (outside the timing)."""
+    backend = backend or get_backend()
+    return backend.time(lambda: run(arrays, out), number, repeat, min_repeat_ms, flush_caches if flush else None)
 
 
 def run_job(req: dict) -> dict:
@@ -135,8 +119,8 @@ def run_job(req: dict) -> dict:
         wrong = check(k, wl, sets, reduction, first=run, backend=backend)
         if wrong:
             return {"wrong": wrong, "compile_s": k.artifact.compile_s, "target": target}
-    out = np.empty(wl.output_shape, dtype=wl.output_dtype)
+    out = backend.empty(wl.output_shape, wl.output_dtype)
     run(arrays, out)
     lat, number = timed(run, arrays, out, req.get("number"), req.get("repeat", 5), req.get("min_repeat_ms", 20),
-                        bool(req.get("flush_cache", False)))
+                        bool(req.get("flush_cache", False)), backend)
     return {"latencies": lat, "number": number, "compile_s": k.artifact.compile_s, "target": target}

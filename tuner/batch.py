@@ -169,7 +169,9 @@ class BoundToShare(MeasureCallback):
     """Each task measures only up to its share of distinct configs (those stored before
     this run count): its claims are cut to what is missing, so a job spends exactly the
     trials its tasks lack, however the scheduler orders them (a task asked for more
-    than it lacks gets a smaller batch; one at its share gets none and retires)."""
+    than it lacks gets a smaller batch; one at its share gets none and retires).
+    Concurrent batches of the same models share the work: each counts the others'
+    stored configs before every claim."""
 
     def __init__(self, shares: list[int], known: list[set[str]]):
         self.shares, self.known = shares, known
@@ -177,7 +179,10 @@ class BoundToShare(MeasureCallback):
     def on_start(self, ctx):
         claim = ctx.claim_batch
 
-        def bounded(i: int, n: int) -> list:   # a task has one batch in flight at most: known is up to date
+        def bounded(i: int, n: int) -> list:
+            # what other tuners on this database stored meanwhile counts too (a concurrent batch
+            # of the same models); this task's own last batch is complete (one in flight at most)
+            self.known[i] |= set(ctx.db.measured(ctx.reports[i].task.workload.key, ctx.target.key))
             return claim(i, min(n, self.shares[i] - len(self.known[i])))
 
         ctx.claim_batch = bounded

@@ -234,8 +234,8 @@ def tune_batch(jobs: list[ModelJob], db: Database, opts: TuneOptions, *, trials_
             todo = [st for st in mine if len(known[st.task.workload.key]) < st.share]
             if not todo:
                 job.status = "already tuned"
-                log(f"{job.name}: nothing to measure ({len(job.tasks)} tasks, "
-                    f"{len(job.tasks) - len(mine)} shared with earlier models, the rest at their share)")
+                log(f"{job.name}: nothing to measure (of its {len(job.tasks)} task(s), "
+                    f"{len(job.tasks) - len(mine)} tuned with earlier models, the rest at their share)")
                 continue
             left = None
             if opts.time_budget is not None:
@@ -249,7 +249,7 @@ def tune_batch(jobs: list[ModelJob], db: Database, opts: TuneOptions, *, trials_
             retries = sum(len(db.retryable(st.task.workload.key, target.key)) for st in todo)
             job_opts = replace(opts, trials=deficit + retries, time_budget=left)
             cap = BoundToShare([st.share for st in todo], [known[st.task.workload.key] for st in todo])
-            log(f"{job.name}: tuning {len(todo)} of its {len(job.tasks)} tasks, {deficit} trials to go")
+            log(f"{job.name}: tuning {len(todo)} of its {len(job.tasks)} task(s), {deficit} trials to go")
             job.status = "interrupted"
             reps = tune_tasks([st.task for st in todo], db, job_opts, target, builder, runner, settings=settings,
                               callbacks=[cap, *callbacks])

@@ -23,12 +23,10 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 
 from codegen import Target, host_target
 from database import Database
 from ir.errors import TensortuneError
-from ir.graph import Graph
 from ir.settings import Settings, resolve
 from tuner.callbacks import MeasureCallback
 from tuner.task import Task, extract_tasks
@@ -406,7 +404,7 @@ def options_from_args(args) -> TuneOptions:
 
 def _check(args) -> None:
     from tuner.cost_model import COST_MODELS
-    from tuner.measure import builder_names, runner_names
+    from tuner.measure import builder_names
     from tuner.scheduler import SCHEDULERS
     from tuner.search import STRATEGIES
     for flag, v in (("--trials", args.trials), ("--trials-total", args.trials_total), ("--batch-size", args.batch_size),

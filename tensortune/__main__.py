@@ -3,4 +3,5 @@ import sys
 
 from tensortune.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":   # not again in a worker process that imports the parent's main module
+    sys.exit(main())

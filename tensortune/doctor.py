@@ -60,7 +60,8 @@ def _head(path: str) -> str | None:
 def read_script(path: str) -> Script:
     text = _head(path) or ""   # a binary launcher reads as no text: whose it is stays unknown
     first = text.splitlines()[0] if text else ""
-    imported, named = _IMPORT.search(text), _LOAD_ENTRY_POINT.search(text)
+    named = _LOAD_ENTRY_POINT.search(text)
+    imported = None if named else _IMPORT.search(text)   # an old wrapper imports pkg_resources, not the entry
     return Script(path, first[2:].strip() if first.startswith("#!") else None,
                   imported.group(1) if imported else None, named.group(1) if named else None)
 

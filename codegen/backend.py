@@ -19,7 +19,6 @@ each `Library` step to `library`. See `schedules.launch` for the description.
 from __future__ import annotations
 
 import abc
-import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from codegen.target import Target
 from ir.errors import TensortuneError
+from ir.lazy import load_object
 from ir.settings import Settings, resolve
 from schedules.loopnest import LoopModule
 
@@ -174,12 +174,9 @@ def get_backend(name: str | Backend | None = None, settings: Settings | None = N
         _entry_points()
     if name not in _BACKENDS:
         raise BackendError(f"unknown backend '{name}' (known: {', '.join(backend_names())})")
-    factory = _BACKENDS[name]
-    if isinstance(factory, str):
-        mod, _, cls = factory.partition(":")
-        try:
-            factory = getattr(importlib.import_module(mod), cls)
-        except ImportError as e:
-            raise BackendError(f"backend '{name}' cannot be loaded: {e}") from None
+    try:
+        factory = load_object(_BACKENDS[name])
+    except (ImportError, AttributeError) as e:
+        raise BackendError(f"backend '{name}' cannot be loaded: {e}") from None
     inst = _INSTANCES[key] = factory(settings)
     return inst

@@ -19,3 +19,13 @@ def lazy_exports(package: str, exports: dict[str, str]):
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+def load_object(spec):
+    """What a "module:attr" string names, imported now (anything else is returned as it is):
+    how backends, builders and runners registered by name are created only when chosen.
+    Raises ImportError (or AttributeError) naming what is missing."""
+    if not isinstance(spec, str):
+        return spec
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr)

@@ -10,9 +10,8 @@ min_repeat_ms, flush_cache, and `settings`), plus whatever the caller adds.
 """
 from __future__ import annotations
 
-import importlib
-
 from ir.errors import TensortuneError
+from ir.lazy import load_object
 from tuner.measure.base import Builder, Runner
 
 _BUILDERS: dict[str, object] = {"local": "tuner.measure.local:LocalBuilder"}
@@ -44,13 +43,10 @@ def runner_names() -> list[str]:
 def _make(kind: str, table: dict, name: str, opts: dict):
     if name not in table:
         raise MeasureStageError(f"unknown {kind} '{name}' (choose from: {', '.join(sorted(table))})")
-    factory = table[name]
-    if isinstance(factory, str):
-        mod, _, attr = factory.partition(":")
-        try:
-            factory = getattr(importlib.import_module(mod), attr)
-        except ImportError as e:
-            raise MeasureStageError(f"{kind} '{name}' cannot be loaded: {e}") from None
+    try:
+        factory = load_object(table[name])
+    except (ImportError, AttributeError) as e:
+        raise MeasureStageError(f"{kind} '{name}' cannot be loaded: {e}") from None
     return factory(**opts)
 
 

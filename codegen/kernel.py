@@ -138,8 +138,17 @@ def _run(backend: Backend, fns: dict, steps, env: _Env) -> None:
             raise TypeError(f"unknown launch step {s!r}")
 
 
+_IN, _OUT, _VAR = 1, 2, 3   # argument kinds resolved on every call; all others are fixed per kernel
+
+
 class BoundKernel:
-    """A kernel with its constants prepared, callable as `bk(arrays, out)`."""
+    """A kernel with its constants prepared, callable as `bk(arrays, out)`.
+
+    The first call (and a call with other workspaces) turns the launch into a plan: per
+    step, the function, its arguments with everything fixed for this kernel already
+    resolved (scalars, tables, packed buffers, workspaces, views of constants), and the
+    few positions filled on each call (inputs, the output, `Repeat` variables). A call then
+    costs a list copy and a backend call per step."""
 
     def __init__(self, kernel: Kernel, state: Prepared, backend: Backend | str | None = None):
         self.kernel, self.state = kernel, state
@@ -147,10 +156,59 @@ class BoundKernel:
         self.functions = _functions(kernel, self.backend)
         self._own_work: dict | None = None
         self._tables = _tables(kernel.lowered.launch, self.backend)
+        self._plan, self._plan_work = None, None
 
     @property
     def workspaces(self) -> tuple:
         return self.kernel.lowered.launch.workspaces
+
+    def _compile(self, steps, env: _Env) -> list:
+        const = [spec["const"] for spec in self.kernel.workload.inputs]
+        plan = []
+        for s in steps:
+            if isinstance(s, Repeat):
+                plan.append((s.var, s.count, self._compile(s.body, env)))
+                continue
+            args, dynamic = [], []
+            for pos, a in enumerate(s.args):
+                if isinstance(a, In) and not const[a.index]:
+                    dynamic.append((pos, _IN, a))
+                elif isinstance(a, Out):
+                    dynamic.append((pos, _OUT, a.shape))
+                elif isinstance(a, Var):
+                    dynamic.append((pos, _VAR, a.name))
+                args.append(None if dynamic and dynamic[-1][0] == pos else env.resolve(a))
+            if isinstance(s, Call):
+                fn, backend = self.functions[s.function], self.backend
+                run = (lambda f, items, par, grid, block: lambda xs: backend.call(f, xs, items, par, grid, block))(
+                    fn, s.items, s.parallel, s.grid, s.block)
+            elif isinstance(s, Library):
+                routine = self.backend.library(s.routine)
+                run = (lambda r: lambda xs: r(*xs))(routine)
+            else:
+                raise TypeError(f"unknown launch step {s!r}")
+            plan.append((run, args, dynamic))
+        return plan
+
+    def _execute(self, plan, env: _Env, arrays, out) -> None:
+        for step in plan:
+            if len(step) == 3 and isinstance(step[0], str):   # Repeat: (var, count, body)
+                var, count, body = step
+                for v in range(count):
+                    env.vars[var] = v
+                    self._execute(body, env, arrays, out)
+                continue
+            run, args, dynamic = step
+            if dynamic:
+                args = list(args)
+                for pos, kind, what in dynamic:
+                    if kind == _IN:
+                        args[pos] = env.view(what)
+                    elif kind == _OUT:
+                        args[pos] = out if what is None else out.reshape(what)
+                    else:
+                        args[pos] = env.vars[what]
+            run(args)
 
     def __call__(self, arrays: list, out: np.ndarray | None = None, work: dict | None = None) -> np.ndarray:
         """Run on `arrays` into `out` (allocated when None). `work`: name -> array of each
@@ -158,11 +216,13 @@ class BoundKernel:
         if out is None:
             wl = self.kernel.workload
             out = self.backend.empty(wl.output_shape, wl.output_dtype)
-        low = self.kernel.lowered
+        launch = self.kernel.lowered.launch
         if work is None:
             if self._own_work is None:
-                self._own_work = {b.name: self.backend.empty(b.shape, b.dtype) for b in low.launch.workspaces}
+                self._own_work = {b.name: self.backend.empty(b.shape, b.dtype) for b in launch.workspaces}
             work = self._own_work
-        _run(self.backend, self.functions, low.launch.steps,
-             _Env(self.kernel, self.backend, self.state, arrays, out, work, {}, self._tables))
+        env = _Env(self.kernel, self.backend, self.state, arrays, out, work, {}, self._tables)
+        if self._plan is None or self._plan_work is not work:
+            self._plan, self._plan_work = self._compile(launch.steps, env), work
+        self._execute(self._plan, env, arrays, out)
         return out

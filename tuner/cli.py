@@ -50,10 +50,18 @@ def _parser() -> argparse.ArgumentParser:
                         "workers import it too (also $TENSORTUNE_PLUGINS, comma-separated)")
     p.add_argument("--fallback", default=None, metavar="onnxruntime",
                    help="ops tensortune cannot run go to onnxruntime when the whole model is timed")
-    p.add_argument("--runner", default="local", metavar="NAME",
-                   help="what checks and times candidates: local (a worker process on this machine; default)")
-    p.add_argument("--builder", default="local", metavar="NAME",
-                   help="what compiles candidates: local (worker processes on every core; default)")
+    p.add_argument("--runner", default=None, metavar="NAME",
+                   help="what checks and times candidates: local (a worker process on this machine; default), "
+                        "ray (one runner actor per node of a Ray cluster; see --ray)")
+    p.add_argument("--builder", default=None, metavar="NAME",
+                   help="what compiles candidates: local (worker processes on every core; default), ray (on the "
+                        "cluster: inside the actor that times each kernel; the default with --runner ray)")
+    p.add_argument("--ray", default=None, metavar="auto|ADDRESS",
+                   help="the Ray cluster to measure on: auto (the one `ray start` began on this machine) or the "
+                        "head's HOST:PORT; implies --runner ray (default with --runner ray: auto)")
+    p.add_argument("--target-key", default=None, metavar="KEY",
+                   help="with --runner ray: measure only on nodes whose target key is KEY (one kind of node); "
+                        "the keys of the cluster's nodes are listed when none matches")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="at the end, write the convergence plot here: best latency per task and estimated model "
                         "latency vs trials (needs matplotlib: pip install 'tensortune[plot]')")
@@ -138,6 +146,13 @@ def _run(args) -> int:
     if args.scheduler not in SCHEDULERS:
         raise TensortuneError(f"unknown --scheduler '{args.scheduler}' (choose from: {', '.join(SCHEDULERS)})")
     from tuner.measure import builder_names, runner_names
+    if args.runner is None:
+        args.runner = "ray" if args.ray else "local"
+    if args.builder is None:
+        args.builder = "ray" if args.runner == "ray" else "local"
+    if args.runner != "ray" and (args.ray or args.target_key):
+        raise TensortuneError(f"{'--ray' if args.ray else '--target-key'} picks cluster nodes: it goes with "
+                              f"--runner ray, not --runner {args.runner}")
     if args.runner not in runner_names():
         raise TensortuneError(f"unknown --runner '{args.runner}' (choose from: {', '.join(runner_names())})")
     if args.builder not in builder_names():
@@ -160,7 +175,29 @@ def _run(args) -> int:
                        scheduler=args.scheduler, time_budget=args.time_budget, cost_model=args.cost_model,
                        transfer=not args.no_transfer, fallback=args.fallback, builder=args.builder,
                        runner=args.runner, plot=args.plot)
-    graph, points, reports, uncovered = tune_model(graph, db, opts, shapes=shapes, settings=settings)
+    builder = runner = target = None
+    if args.runner == "ray":   # the cluster answers (and has a matching node) before anything is tuned
+        from tuner.measure import make_builder, make_runner
+        from tuner.tune import builder_options, runner_options
+        ray_opts = {"address": args.ray or "auto"}
+        runner = make_runner("ray", **runner_options(opts, settings), **ray_opts, target_key=args.target_key,
+                             build_timeout=opts.build_timeout)
+        target = runner.target
+        print(f"measuring on {runner.capacity} Ray node(s): " +
+              ", ".join(sorted({f"{t.key} ({t})" for t in runner.targets})))
+        try:
+            builder = make_builder(args.builder, **builder_options(opts, settings),
+                                   **(ray_opts if args.builder == "ray" else {}))
+        except BaseException:
+            runner.close()
+            raise
+    try:
+        graph, points, reports, uncovered = tune_model(graph, db, opts, shapes=shapes, target=target,
+                                                       builder=builder, runner=runner, settings=settings)
+    finally:
+        for stage in (builder, runner):
+            if stage is not None:
+                stage.close()
     print(summary_table(reports))
     if getattr(reports, "stopped", "") and reports.stopped != "trials":
         print(f"stopped: {reports.stopped}")
@@ -168,7 +205,10 @@ def _run(args) -> int:
         print(f"tune: warning: {line}", file=sys.stderr)
     nothing_usable = bool(reports) and all(r.best is None for r in reports)
     est = estimated_latency(reports)
-    if args.measure_runs > 0 and reports and not nothing_usable:
+    if args.measure_runs > 0 and target is not None:
+        print("end-to-end latency not measured here: the kernels were tuned for the cluster's nodes "
+              f"(target {target.key}); run `tune-run` on one of them")
+    elif args.measure_runs > 0 and reports and not nothing_usable:
         try:
             measured = measure_model_latency(graph, db, None, points[0], runs=args.measure_runs,
                                              fallback=args.fallback, settings=settings)
@@ -192,7 +232,7 @@ def _run(args) -> int:
         print(f"convergence plot written to {args.plot}")
     if args.plan:
         from runtime import build_plan
-        target = host_target(settings.backend, settings)
+        target = target or host_target(settings.backend, settings)
         plan = build_plan(graph, db, points, target.key, graph.name, target=target)
         plan.save(args.plan)
         print(f"plan with {len(plan.entries)} entries written to {args.plan}")

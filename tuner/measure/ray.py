@@ -137,7 +137,10 @@ class NodeRunner:
 
     def measure(self, inp: MeasureInput, build: BuildResult) -> MeasureResult:
         """Compile the kernel first if it comes unbuilt (a candidate whose source this child
-        already compiled loads from its modules at once: identical sources compile once)."""
+        already compiled loads from its modules at once: identical sources compile once).
+        Test hook: `fault="exit-actor"` kills this actor's own process (a lost node, in small)."""
+        if inp.fault == "exit-actor":
+            os._exit(1)
         if build.status == OK and build.kernel is not None and build.kernel.artifact is None:
             built, art = self._build(build.kernel.lowered.module)
             if built.status != OK:
@@ -255,7 +258,7 @@ class RayRunner(Runner):
     def __init__(self, timeout: float = 30.0, repeat: int = 5, min_repeat_ms: float = 20.0, check: bool = True,
                  number: int | None = None, flush_cache: bool = False, settings: Settings | None = None,
                  address: str = "auto", target_key: str | None = None, retries: int = 2,
-                 build_timeout: float = 120.0, max_restarts: int = 3, ping_timeout: float = 120.0):
+                 build_timeout: float = 120.0, max_restarts: int = 8, ping_timeout: float = 120.0):
         if repeat < 1 or (number is not None and number < 1):
             raise ValueError(f"repeat and number must be >= 1, got repeat={repeat}, number={number}")
         self.ray = ray = connect(address)
@@ -276,7 +279,7 @@ class RayRunner(Runner):
                 runtime_env={"env_vars": {"NUMBA_NUM_THREADS": str(cpus)}},
             ).remote(self.settings.to_json(), cpus, timeout, build_timeout, knobs)
             made.append((n["NodeID"], actor, actor.describe.remote()))
-        self.actors, self.nodes, self.targets = [], [], []
+        self.actors, self.nodes, self.targets, self.pids = [], [], [], []
         seen = []
         for node_id, actor, ref in made:
             try:
@@ -292,6 +295,7 @@ class RayRunner(Runner):
             self.actors.append(actor)
             self.nodes.append(node_id)
             self.targets.append(Target.from_json(d["target"]))
+            self.pids.append(d["pid"])
         if not self.actors:
             why = f"no node's target key is {target_key}" if target_key else "no node could start a runner actor"
             raise RayError(f"{why} (nodes: {', '.join(seen)})")
@@ -301,7 +305,8 @@ class RayRunner(Runner):
         self.dead: set[int] = set()
         self.load = [0] * len(self.actors)
         self.pending: dict = {}     # ObjectRef -> _Item
-        self.pings: dict = {}       # ObjectRef -> (actor index, when sent)
+        self.pings: dict = {}       # ObjectRef -> (actor index, since when it is suspect)
+        self.repings: list = []     # (when, actor index, since): pings to send again
         self.waiting: list[_Item] = []   # no healthy actor right now
         self.done: list[tuple[int, MeasureResult]] = []
         self.retried = 0            # candidates submitted again after losing their actor or node
@@ -310,6 +315,7 @@ class RayRunner(Runner):
     # -- the Runner interface
     def submit(self, inputs: list[MeasureInput], builds: list[BuildResult]) -> int:
         ticket = next(_tickets)
+        self._refresh()
         actor = self._pick()
         for inp, b in zip(inputs, builds):
             item = _Item(ticket, inp, b)
@@ -322,20 +328,22 @@ class RayRunner(Runner):
     def next_result(self) -> tuple[int, MeasureResult]:
         ray = self.ray
         while not self.done:
-            if not self.pending and not self.pings:
+            self._send_due_pings()
+            if not self.pending and not self.pings and not self.repings:
                 if not self.waiting:
                     raise RuntimeError("next_result: no batch in flight")
                 for item in self.waiting:   # no actor left at all, none coming back
                     self._fail(item, "no runner actor is left on the cluster; " + "; ".join(item.errors))
                 self.waiting.clear()
                 continue
-            ready, _ = ray.wait(list(self.pending) + list(self.pings), num_returns=1, timeout=5.0)
+            ready, _ = ray.wait(list(self.pending) + list(self.pings), num_returns=1,
+                                timeout=1.0 if self.repings else 5.0)
             if not ready:
                 self._expire_pings()
                 continue
             ref = ready[0]
             if ref in self.pings:
-                self._pinged(self.pings.pop(ref)[0], ref)
+                self._pinged(ref, *self.pings.pop(ref))
                 continue
             item = self.pending.pop(ref)
             self.load[item.actor] -= 1
@@ -396,31 +404,57 @@ class RayRunner(Runner):
         item.errors.append(f"{type(e).__name__} on node {self.nodes[a][:8]}")
         if a in self.healthy:   # no new work until a ping says it is back
             self.healthy.discard(a)
-            self.pings[self.actors[a].ping.remote()] = (a, time.monotonic())
+            self._ping(a, time.monotonic())
         if item.attempts > self.retries:
             self._fail(item, f"lost {item.attempts} times ({'; '.join(item.errors)})")
             return
         self.retried += 1
         self._send(item, self._pick(avoid=a))
 
-    def _expire_pings(self) -> None:
-        """An actor that has not answered its ping in `ping_timeout` seconds is given up."""
+    def _ping(self, a: int, since: float) -> None:
+        self.pings[self.actors[a].ping.remote()] = (a, since)
+
+    def _send_due_pings(self) -> None:
         now = time.monotonic()
-        for ref, (a, t0) in list(self.pings.items()):
-            if now - t0 > self.ping_timeout:
+        due = [(a, since) for when, a, since in self.repings if when <= now]
+        self.repings = [x for x in self.repings if x[0] > now]
+        for a, since in due:
+            self._ping(a, since)
+
+    def _expire_pings(self) -> None:
+        """An actor that has not answered a ping within `ping_timeout` seconds is given up."""
+        now = time.monotonic()
+        for ref, (a, since) in list(self.pings.items()):
+            if now - since > self.ping_timeout:
                 del self.pings[ref]
                 self.dead.add(a)
 
-    def _pinged(self, a: int, ref) -> None:
+    def _pinged(self, ref, a: int, since: float) -> None:
+        """A ping came back: the actor serves again; or it failed: gone for good if its node
+        is, else (Ray is restarting it) ping again in a second, until `ping_timeout`."""
         try:
-            self.ray.get(ref)
-        except self.ray.exceptions.RayError:   # gone for good (its node died, restarts spent)
-            self.dead.add(a)
+            self.pids[a] = self.ray.get(ref)   # a restarted actor has a new process
+        except self.ray.exceptions.RayError:
+            if not self._node_alive(a) or time.monotonic() - since > self.ping_timeout:
+                self.dead.add(a)
+            else:
+                self.repings.append((time.monotonic() + 1.0, a, since))
             return
         self.healthy.add(a)
         waiting, self.waiting = self.waiting, []
         for item in waiting:
             self._send(item, self._pick())
+
+    def _node_alive(self, a: int) -> bool:
+        return any(n["NodeID"] == self.nodes[a] and n.get("Alive") for n in self.ray.nodes())
+
+    def _refresh(self) -> None:
+        """Take the pings that came back meanwhile (no waiting), so a batch goes to every healthy actor."""
+        self._send_due_pings()
+        if self.pings:
+            ready, _ = self.ray.wait(list(self.pings), num_returns=len(self.pings), timeout=0)
+            for ref in ready:
+                self._pinged(ref, *self.pings.pop(ref))
 
     def _fail(self, item: _Item, why: str) -> None:
         self.done.append((item.ticket, MeasureResult(item.input, WORKER_DIED, error=f"run: {why}"[:2000],

@@ -14,18 +14,27 @@ Where things run, and why timings stay exclusive per node:
 - `RayBuilder` lowers each candidate on the driver (cheap) and dedupes
   identical sources. While a `RayRunner` of this process holds the nodes, it
   does not compile: each kernel goes to the actor that times it, which
-  compiles it there (once per distinct source; numba's cache makes repeats
-  free) right before timing it, so a compile never shares a node's cores with a
-  timing. Without a live `RayRunner` (`--builder ray --runner local`) it
+  compiles it there (once per distinct source: the actor's worker child keeps
+  what it compiled) right before timing it, so a compile never shares a
+  node's cores with a timing. Without a live `RayRunner` (`--builder ray --runner local`) it
   compiles as Ray tasks anywhere (one CPU each, `NUMBA_NUM_THREADS=1`) and
   returns every kernel with its artifact.
 - Retries: a result lost to Ray itself (the actor's process killed, the actor
   killed, its node gone) is submitted again to another healthy actor, up to
   `retries` more times, and only then recorded as `worker_died`. The failed
   actor takes no new work until a ping says it is back (Ray restarts it:
-  `max_restarts`); an actor whose ping fails (its node is gone) leaves the pool.
+  `max_restarts`; a failed ping is tried again while its node is alive); an
+  actor whose node is gone, or that stays silent `ping_timeout` s, leaves the pool.
   A kernel that kills its own child process is the kernel's fault, not the
   node's: it is recorded as `worker_died` at once, as the local runner does.
+- Targets: every node describes its target when its actor starts; `target_key`
+  keeps only the actors of nodes of that key (`tune --target-key`). The tuning
+  loop's own target (claims, resume, the search's history) is `RayRunner.target`,
+  the first kind of node; on a cluster of several kinds each record still names
+  the node that measured it, and `--target-key` tunes one kind as a whole.
+- The driver's node: if `tune` runs on a cluster node, its search and database
+  work share that node's cores with its actor; start that node with
+  `ray start --head --num-cpus 0` to keep timings off it.
 
 `import ray` happens only here, and only when a Ray stage is created.
 """

@@ -151,6 +151,14 @@ def test_an_address_that_does_not_answer_is_one_line_and_exit_2(model_path, caps
     assert len(err) == 1 and "no Ray cluster answers at 127.0.0.1:1" in err[0]
 
 
+def test_ray_flags_with_another_runner_are_refused_before_anything_runs(capsys):
+    from tuner.cli import main
+    for flags in (["--runner", "local", "--ray", "auto"], ["--target-key", "cpu-x"]):
+        assert main(["--model", "does-not-matter.onnx"] + flags + QUICK) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "goes with --runner ray" in err[0]
+
+
 # -- faults ---------------------------------------------------------------------------------------
 
 def _tasks(model_path):

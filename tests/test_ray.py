@@ -28,7 +28,7 @@ from tuner.measure import LocalRunner, MeasureInput, make_builder, make_runner  
 from tuner.measure import ray as ray_stage  # noqa: E402
 from tuner.search import make_strategy  # noqa: E402
 from tuner.task import extract_tasks, shape_points  # noqa: E402
-from tuner.tune import TuneOptions, tune_tasks  # noqa: E402
+from tuner.tune import TuneOptions, builder_options, runner_options, tune_tasks  # noqa: E402
 
 STORE = 80_000_000   # Ray's minimum
 QUICK = ["--trials", "6", "--batch-size", "2", "--strategy", "random", "--measure-runs", "0", "--no-progress",
@@ -168,9 +168,11 @@ def _tasks(model_path):
 
 @pytest.fixture(scope="module")
 def stages(cluster, cache):
+    """Made by name with the tuner's options, as `tune_tasks` makes them."""
     settings = Settings(cache_dir=cache)
-    runner = make_runner("ray", settings=settings, repeat=2, min_repeat_ms=1, timeout=60)
-    builder = make_builder("ray", settings=settings)
+    opts = TuneOptions(runner="ray", builder="ray", ray=cluster[0].address, repeat=2, min_repeat_ms=1, run_timeout=60)
+    runner = make_runner("ray", **runner_options(opts, settings))
+    builder = make_builder("ray", **builder_options(opts, settings))
     try:
         yield builder, runner
     finally:

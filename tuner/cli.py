@@ -50,10 +50,10 @@ def _parser() -> argparse.ArgumentParser:
                         "workers import it too (also $TENSORTUNE_PLUGINS, comma-separated)")
     p.add_argument("--fallback", default=None, metavar="onnxruntime",
                    help="ops tensortune cannot run go to onnxruntime when the whole model is timed")
-    p.add_argument("--runner", default=None, metavar="NAME",
+    p.add_argument("--runner", default="local", metavar="NAME",
                    help="what checks and times candidates: local (a worker process on this machine; default), "
                         "ray (one runner actor per node of a Ray cluster; see --ray)")
-    p.add_argument("--builder", default=None, metavar="NAME",
+    p.add_argument("--builder", default="local", metavar="NAME",
                    help="what compiles candidates: local (worker processes on every core; default), ray (on the "
                         "cluster: inside the actor that times each kernel; the default with --runner ray)")
     p.add_argument("--ray", default=None, metavar="auto|ADDRESS",
@@ -102,12 +102,28 @@ def inspect_text(model, dims=None, shapes=None) -> str:
     return "\n".join(lines)
 
 
+def ray_defaults(args, argv=None) -> None:
+    """`--ray ADDRESS` implies `--runner ray`; the Ray runner builds with the Ray builder (in
+    the actor that times each kernel) unless `--builder` was given: the local one would
+    compile on this machine's cores, which may be a cluster node's."""
+    given = set(getattr(args, "_given", ()) if argv is None else _flags(argv))
+    if args.ray and "--runner" not in given and args.runner == "local":
+        args.runner = "ray"
+    if args.runner == "ray" and "--builder" not in given and args.builder == "local":
+        args.builder = "ray"
+
+
+def _flags(argv) -> set:
+    return {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["inspect"]:
         argv = ["--show-graph", "--model"] + argv[1:] if len(argv) > 1 and not argv[1].startswith("-") else \
             ["--show-graph"] + argv[1:]
     args = _parser().parse_args(argv)
+    args._given = _flags(argv)
     return run_cli("tune", _run, args,
                    interrupted="every finished measurement is in the database (run again to resume)")
 
@@ -146,10 +162,7 @@ def _run(args) -> int:
     if args.scheduler not in SCHEDULERS:
         raise TensortuneError(f"unknown --scheduler '{args.scheduler}' (choose from: {', '.join(SCHEDULERS)})")
     from tuner.measure import builder_names, runner_names
-    if args.runner is None:
-        args.runner = "ray" if args.ray else "local"
-    if args.builder is None:
-        args.builder = "ray" if args.runner == "ray" else "local"
+    ray_defaults(args)
     if args.runner != "ray" and (args.ray or args.target_key):
         raise TensortuneError(f"{'--ray' if args.ray else '--target-key'} picks cluster nodes: it goes with "
                               f"--runner ray, not --runner {args.runner}")
@@ -174,20 +187,17 @@ def _run(args) -> int:
                        repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, flush_cache=args.flush_cache,
                        scheduler=args.scheduler, time_budget=args.time_budget, cost_model=args.cost_model,
                        transfer=not args.no_transfer, fallback=args.fallback, builder=args.builder,
-                       runner=args.runner, plot=args.plot)
+                       runner=args.runner, plot=args.plot, ray=args.ray, target_key=args.target_key)
     builder = runner = target = None
     if args.runner == "ray":   # the cluster answers (and has a matching node) before anything is tuned
         from tuner.measure import make_builder, make_runner
         from tuner.tune import builder_options, runner_options
-        ray_opts = {"address": args.ray or "auto"}
-        runner = make_runner("ray", **runner_options(opts, settings), **ray_opts, target_key=args.target_key,
-                             build_timeout=opts.build_timeout)
+        runner = make_runner("ray", **runner_options(opts, settings))
         target = runner.target
         print(f"measuring on {runner.capacity} Ray node(s): " +
               ", ".join(sorted({f"{t.key} ({t})" for t in runner.targets})))
         try:
-            builder = make_builder(args.builder, **builder_options(opts, settings),
-                                   **(ray_opts if args.builder == "ray" else {}))
+            builder = make_builder(args.builder, **builder_options(opts, settings))
         except BaseException:
             runner.close()
             raise

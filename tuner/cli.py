@@ -51,9 +51,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fallback", default=None, metavar="onnxruntime",
                    help="ops tensortune cannot run go to onnxruntime when the whole model is timed")
     p.add_argument("--runner", default="local", metavar="NAME",
-                   help="what checks and times candidates: local (a worker process on this machine; default)")
+                   help="what checks and times candidates: local (a worker process on this machine; default), "
+                        "ray (one runner actor per node of a Ray cluster; see --ray)")
     p.add_argument("--builder", default="local", metavar="NAME",
-                   help="what compiles candidates: local (worker processes on every core; default)")
+                   help="what compiles candidates: local (worker processes on every core; default), ray (on the "
+                        "cluster: inside the actor that times each kernel; the default with --runner ray)")
+    p.add_argument("--ray", default=None, metavar="auto|ADDRESS",
+                   help="the Ray cluster to measure on: auto (the one `ray start` began on this machine) or the "
+                        "head's HOST:PORT; implies --runner ray (default with --runner ray: auto)")
+    p.add_argument("--target-key", default=None, metavar="KEY",
+                   help="with --runner ray: measure only on nodes whose target key is KEY (one kind of node); "
+                        "the keys of the cluster's nodes are listed when none matches")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="at the end, write the convergence plot here: best latency per task and estimated model "
                         "latency vs trials (needs matplotlib: pip install 'tensortune[plot]')")
@@ -94,12 +102,28 @@ def inspect_text(model, dims=None, shapes=None) -> str:
     return "\n".join(lines)
 
 
+def ray_defaults(args, argv=None) -> None:
+    """`--ray ADDRESS` implies `--runner ray`; the Ray runner builds with the Ray builder (in
+    the actor that times each kernel) unless `--builder` was given: the local one would
+    compile on this machine's cores, which may be a cluster node's."""
+    given = set(getattr(args, "_given", ()) if argv is None else _flags(argv))
+    if args.ray and "--runner" not in given and args.runner == "local":
+        args.runner = "ray"
+    if args.runner == "ray" and "--builder" not in given and args.builder == "local":
+        args.builder = "ray"
+
+
+def _flags(argv) -> set:
+    return {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["inspect"]:
         argv = ["--show-graph", "--model"] + argv[1:] if len(argv) > 1 and not argv[1].startswith("-") else \
             ["--show-graph"] + argv[1:]
     args = _parser().parse_args(argv)
+    args._given = _flags(argv)
     return run_cli("tune", _run, args,
                    interrupted="every finished measurement is in the database (run again to resume)")
 
@@ -138,6 +162,10 @@ def _run(args) -> int:
     if args.scheduler not in SCHEDULERS:
         raise TensortuneError(f"unknown --scheduler '{args.scheduler}' (choose from: {', '.join(SCHEDULERS)})")
     from tuner.measure import builder_names, runner_names
+    ray_defaults(args)
+    if args.runner != "ray" and (args.ray or args.target_key):
+        raise TensortuneError(f"{'--ray' if args.ray else '--target-key'} picks cluster nodes: it goes with "
+                              f"--runner ray, not --runner {args.runner}")
     if args.runner not in runner_names():
         raise TensortuneError(f"unknown --runner '{args.runner}' (choose from: {', '.join(runner_names())})")
     if args.builder not in builder_names():
@@ -159,8 +187,27 @@ def _run(args) -> int:
                        repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, flush_cache=args.flush_cache,
                        scheduler=args.scheduler, time_budget=args.time_budget, cost_model=args.cost_model,
                        transfer=not args.no_transfer, fallback=args.fallback, builder=args.builder,
-                       runner=args.runner, plot=args.plot)
-    graph, points, reports, uncovered = tune_model(graph, db, opts, shapes=shapes, settings=settings)
+                       runner=args.runner, plot=args.plot, ray=args.ray, target_key=args.target_key)
+    builder = runner = target = None
+    if args.runner == "ray":   # the cluster answers (and has a matching node) before anything is tuned
+        from tuner.measure import make_builder, make_runner
+        from tuner.tune import builder_options, runner_options
+        runner = make_runner("ray", **runner_options(opts, settings))
+        target = runner.target
+        print(f"measuring on {runner.capacity} Ray node(s): " +
+              ", ".join(sorted({f"{t.key} ({t})" for t in runner.targets})))
+        try:
+            builder = make_builder(args.builder, **builder_options(opts, settings))
+        except BaseException:
+            runner.close()
+            raise
+    try:
+        graph, points, reports, uncovered = tune_model(graph, db, opts, shapes=shapes, target=target,
+                                                       builder=builder, runner=runner, settings=settings)
+    finally:
+        for stage in (builder, runner):
+            if stage is not None:
+                stage.close()
     print(summary_table(reports))
     if getattr(reports, "stopped", "") and reports.stopped != "trials":
         print(f"stopped: {reports.stopped}")
@@ -168,7 +215,10 @@ def _run(args) -> int:
         print(f"tune: warning: {line}", file=sys.stderr)
     nothing_usable = bool(reports) and all(r.best is None for r in reports)
     est = estimated_latency(reports)
-    if args.measure_runs > 0 and reports and not nothing_usable:
+    if args.measure_runs > 0 and target is not None:
+        print("end-to-end latency not measured here: the kernels were tuned for the cluster's nodes "
+              f"(target {target.key}); run `tune-run` on one of them")
+    elif args.measure_runs > 0 and reports and not nothing_usable:
         try:
             measured = measure_model_latency(graph, db, None, points[0], runs=args.measure_runs,
                                              fallback=args.fallback, settings=settings)
@@ -192,7 +242,7 @@ def _run(args) -> int:
         print(f"convergence plot written to {args.plot}")
     if args.plan:
         from runtime import build_plan
-        target = host_target(settings.backend, settings)
+        target = target or host_target(settings.backend, settings)
         plan = build_plan(graph, db, points, target.key, graph.name, target=target)
         plan.save(args.plan)
         print(f"plan with {len(plan.entries)} entries written to {args.plan}")

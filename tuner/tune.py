@@ -60,6 +60,8 @@ class TuneOptions:
     builder: str = "local"               # measurement stages by name (tuner.measure.registry)
     runner: str = "local"
     plot: str | None = None              # write the convergence plot (PNG) here at the end
+    ray: str | None = None               # the Ray cluster of the "ray" stages: "auto" or the head's HOST:PORT
+    target_key: str | None = None        # the "ray" runner measures only on nodes of this target key
 
 
 @dataclass
@@ -114,14 +116,19 @@ class TuneReports(list):
 
 
 def builder_options(opts: TuneOptions, settings: Settings) -> dict:
-    """The options every builder factory takes (`tuner.measure.registry`)."""
-    return {"timeout": opts.build_timeout, "settings": settings}
+    """The options every builder factory takes (`tuner.measure.registry`), plus the
+    cluster's address for the Ray builder."""
+    extra = {"address": opts.ray or "auto"} if opts.builder == "ray" else {}
+    return {"timeout": opts.build_timeout, "settings": settings, **extra}
 
 
 def runner_options(opts: TuneOptions, settings: Settings) -> dict:
-    """The options every runner factory takes (`tuner.measure.registry`)."""
+    """The options every runner factory takes (`tuner.measure.registry`), plus the
+    cluster's address, the node filter and the build timeout (it builds) for the Ray runner."""
+    extra = {"address": opts.ray or "auto", "target_key": opts.target_key, "build_timeout": opts.build_timeout} \
+        if opts.runner == "ray" else {}
     return {"timeout": opts.run_timeout, "repeat": opts.repeat, "min_repeat_ms": opts.min_repeat_ms,
-            "number": opts.number, "flush_cache": opts.flush_cache, "settings": settings}
+            "number": opts.number, "flush_cache": opts.flush_cache, "settings": settings, **extra}
 
 
 def to_record(r: MeasureResult, target: Target, strategy: str, template_version: int) -> Record:
@@ -293,7 +300,6 @@ def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Targe
     t_start = time.perf_counter()
     db.require_writable("store measurements")   # before anything is measured
     settings = resolve(settings)
-    target = target or host_target(settings.backend, settings)
     owned = []
     try:
         if builder is None or isinstance(builder, str):
@@ -302,6 +308,8 @@ def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Targe
         if runner is None or isinstance(runner, str):
             runner = make_runner(runner or opts.runner, **runner_options(opts, settings))
             owned.append(runner)
+        # a runner that measures on other machines (Ray) knows their target; this host's otherwise
+        target = target or getattr(runner, "target", None) or host_target(settings.backend, settings)
         reports = TuneReports(TaskReport(t) for t in tasks)
         reports.timing, reports.order = Timing(), []
         ctx = TuneContext(reports, db, opts, target, settings, make_scheduler(opts.scheduler, tasks, seed=opts.seed),

@@ -14,8 +14,8 @@ from ir.errors import TensortuneError
 from ir.lazy import load_object
 from tuner.measure.base import Builder, Runner
 
-_BUILDERS: dict[str, object] = {"local": "tuner.measure.local:LocalBuilder"}
-_RUNNERS: dict[str, object] = {"local": "tuner.measure.local:LocalRunner"}
+_BUILDERS: dict[str, object] = {"local": "tuner.measure.local:LocalBuilder", "ray": "tuner.measure.ray:RayBuilder"}
+_RUNNERS: dict[str, object] = {"local": "tuner.measure.local:LocalRunner", "ray": "tuner.measure.ray:RayRunner"}
 
 
 class MeasureStageError(TensortuneError):

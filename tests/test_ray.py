@@ -143,6 +143,25 @@ def test_target_key_tunes_one_kind_of_node_and_keys_never_mix(cluster, cache, mo
     assert len(err) == 1 and "no node's target key is cpu-nope" in err[0] and one in err[0] and two in err[0]
 
 
+def test_tune_batch_on_ray_measures_on_the_nodes_and_a_shared_model_once(cluster, cache, model_path, tmp_path,
+                                                                        capsys):
+    """`tune-batch --ray`: the Ray stages, records under the measuring nodes' key, and a second
+    model with the same subgraphs measures nothing (the database says they are done)."""
+    import shutil
+    from tuner.batch import main
+    c, _ = cluster
+    one = key_for(1, cache)
+    twin = tmp_path / "twin.onnx"
+    shutil.copy(model_path, twin)
+    db_url = f"sqlite:///{tmp_path}/batch.db"
+    i = QUICK.index("--measure-runs")
+    flags = QUICK[:i] + QUICK[i + 2:]   # tune-batch measures no whole model
+    assert main([model_path, str(twin), "--db", db_url, "--ray", c.address, "--target-key", one] + flags) == 0
+    recs = Database(db_url).records()
+    assert recs and all(r.status == "ok" for r in recs) and {r.target["key"] for r in recs} == {one}
+    assert len({r.config_hash for r in recs}) == len(recs)   # nothing measured twice
+
+
 def test_an_address_that_does_not_answer_is_one_line_and_exit_2(model_path, capsys, monkeypatch):
     from tuner.cli import main
     monkeypatch.setattr(ray, "is_initialized", lambda: False)   # as a fresh driver would be

@@ -209,14 +209,9 @@ def tune_batch(jobs: list[ModelJob], db: Database, opts: TuneOptions, *, trials_
                          f"got {trials}")
     db.require_writable("store measurements")
     settings = resolve(settings)
-    target = target or host_target(settings.backend, settings)
     log = log or (lambda line: None)
     tasks = plan_shares(jobs, trials, opts.batch_size, total=trials_total is not None)
-    known = {k: set(db.measured(k, target.key)) for k in tasks}
-    for k, st in tasks.items():
-        st.stored_before = len(known[k])
-    report = BatchReport(jobs, tasks, target)
-    owned = []
+    owned, report = [], None
     try:
         if builder is None or isinstance(builder, str):
             builder = make_builder(builder or opts.builder, **builder_options(opts, settings))
@@ -224,6 +219,12 @@ def tune_batch(jobs: list[ModelJob], db: Database, opts: TuneOptions, *, trials_
         if runner is None or isinstance(runner, str):
             runner = make_runner(runner or opts.runner, **runner_options(opts, settings))
             owned.append(runner)
+        # the target records are counted under: the measuring machines' (a remote runner knows it)
+        target = target or getattr(runner, "target", None) or host_target(settings.backend, settings)
+        known = {k: set(db.measured(k, target.key)) for k in tasks}
+        for k, st in tasks.items():
+            st.stored_before = len(known[k])
+        report = BatchReport(jobs, tasks, target)
         for m, job in enumerate(jobs):
             if report.stopped:
                 job.status = f"not started: {report.stopped}"
@@ -261,7 +262,8 @@ def tune_batch(jobs: list[ModelJob], db: Database, opts: TuneOptions, *, trials_
     finally:
         for stage in owned:
             stage.close()
-        report.wall_s = time.perf_counter() - t_start
+        if report is not None:
+            report.wall_s = time.perf_counter() - t_start
     _read_results(report, db)
     return report
 
@@ -372,33 +374,21 @@ def _parser():
         if action.dest == "trials":
             action.default = None   # so that it and --trials-total exclude each other
         p._add_action(action)
-    dests = {a.dest for a in p._actions}
     p.add_argument("--trials-total", type=int, default=None, metavar="N",
                    help="measurements for the whole batch instead of --trials per model, split over its "
                         "distinct tasks")
-    if "ray" not in dests:   # until `tune` has it: the Ray runner's address, implying --runner ray
-        p.add_argument("--ray", default=None, metavar="ADDRESS",
-                       help="measure on this Ray cluster (auto: the one this machine belongs to); implies "
-                            "--runner ray")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
     return p
 
 
 def options_from_args(args) -> TuneOptions:
     """`TuneOptions` from the flags of the same names (so flags that `tune` gains pass
-    through), with `--ray ADDRESS` choosing the Ray runner."""
+    through; `--ray ADDRESS` has chosen the Ray stages in `tuner.cli.ray_defaults`)."""
     given = vars(args)
     kw = {f.name: given[f.name] for f in fields(TuneOptions) if f.name in given}
     kw["progress"] = not given.get("no_progress", False)
     kw["transfer"] = not given.get("no_transfer", False)
     kw.pop("plot", None)
-    if given.get("ray"):
-        if kw.get("runner", "local") == "local":
-            kw["runner"] = "ray"
-        names = {f.name for f in fields(TuneOptions)}
-        for name in ("ray", "ray_address"):   # whichever field the Ray runner reads its address from
-            if name in names:
-                kw[name] = given["ray"]
     return TuneOptions(**kw)
 
 
@@ -426,7 +416,9 @@ def _check(args) -> None:
 
 def main(argv=None) -> int:
     from ir.errors import run_cli
-    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    args.argv = argv
     return run_cli("tune-batch", _run, args,
                    interrupted="every finished measurement is in the database (run the same command again to "
                                "continue the batch)")
@@ -449,6 +441,8 @@ def _run(args) -> int:
         raise BatchError("give --trials (per model) or --trials-total (for the batch), not both")
     if args.trials is None:
         args.trials = 64
+    from tuner.cli import ray_defaults
+    ray_defaults(args, args.argv)   # --ray implies the Ray runner and builder, as in `tune`
     opts = options_from_args(args)
     if opts.runner not in runner_names():
         hint = " (the Ray runner needs `pip install 'tensortune[cluster]'`)" if opts.runner == "ray" else ""

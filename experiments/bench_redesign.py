@@ -96,14 +96,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=2, help="old/new pairs per case (medians of the rounds)")
     ap.add_argument("--budget-scale", type=float, default=1.0, help="scales the tuning budgets")
+    ap.add_argument("--work", default=None, help="work directory to reuse (plans tuned there are not tuned again)")
     ap.add_argument("--out", default=str(ROOT / "experiments" / "bench_redesign.md"))
     args = ap.parse_args()
     t_start = time.time()
     old = old_tree(args.old)
-    work = Path(tempfile.mkdtemp(prefix="tt_redesign_"))
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="tt_redesign_"))
     caches = {"old": str(work / "cache_old"), "new": str(work / "cache_new")}
     for c in caches.values():
-        os.makedirs(c, mode=0o700)
+        os.makedirs(c, mode=0o700, exist_ok=True)
     db = f"sqlite:///{work / 'tuning.db'}"
     rows, tuning = [], []
     for name, file, writer, shapes, batches, other, trials, budget in CASES:
@@ -116,9 +117,10 @@ def main() -> None:
             cmd += ["--shape", s]
         t0 = time.time()
         env = {**os.environ, "PYTHONPATH": str(ROOT), "TENSORTUNE_CACHE": caches["new"]}
-        subprocess.run(cmd, env=env, check=True, capture_output=True, cwd=str(ROOT))
-        tuning.append(f"{name}: `tune --trials {trials} --time-budget {budget * args.budget_scale:.0f}` "
-                      f"({time.time() - t0:.0f} s)")
+        if not plan.exists():
+            subprocess.run(cmd, env=env, check=True, capture_output=True, cwd=str(ROOT))
+        tuning.append(f"{name}: `tune --trials {trials} --time-budget {budget * args.budget_scale:.0f}`"
+                      + (f" ({time.time() - t0:.0f} s)" if time.time() - t0 > 1 else " (plan reused)"))
         for batch in batches:
             sizes = {"batch": batch, **other}
             for threads in args.threads:

@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field, fields, replace
 
-from codegen import Target, host_target
+from codegen import Target
 from database import Database
 from ir.errors import TensortuneError
 from ir.settings import Settings, resolve
@@ -198,8 +198,7 @@ def tune_batch(jobs: list[ModelJob], db: Database, opts: TuneOptions, *, trials_
     instances, default `opts.builder`/`opts.runner`) are made once and shared by the
     jobs. `log(line)` hears what each job does. Ctrl-C stops the batch between two
     commits (KeyboardInterrupt propagates); run it again to continue."""
-    from tuner.measure import make_builder, make_runner
-    from tuner.tune import builder_options, runner_options, tune_tasks
+    from tuner.tune import make_stages, tune_tasks
     t_start = time.perf_counter()
     if not jobs:
         raise BatchError("no models given")
@@ -213,14 +212,7 @@ def tune_batch(jobs: list[ModelJob], db: Database, opts: TuneOptions, *, trials_
     tasks = plan_shares(jobs, trials, opts.batch_size, total=trials_total is not None)
     owned, report = [], None
     try:
-        if builder is None or isinstance(builder, str):
-            builder = make_builder(builder or opts.builder, **builder_options(opts, settings))
-            owned.append(builder)
-        if runner is None or isinstance(runner, str):
-            runner = make_runner(runner or opts.runner, **runner_options(opts, settings))
-            owned.append(runner)
-        # the target records are counted under: the measuring machines' (a remote runner knows it)
-        target = target or getattr(runner, "target", None) or host_target(settings.backend, settings)
+        builder, runner, target = make_stages(opts, settings, builder, runner, target, owned)   # shared by all jobs
         known = {k: set(db.measured(k, target.key)) for k in tasks}
         for k, st in tasks.items():
             st.stored_before = len(known[k])

@@ -281,6 +281,21 @@ def make_task_strategy(t: Task, db: Database, opts: TuneOptions, target: Target,
 
 
 
+def make_stages(opts: TuneOptions, settings, builder=None, runner=None, target=None, owned: list | None = None):
+    """(builder, runner, target): stages given by name (or None: the options') are made here
+    and appended to `owned` (the caller closes them); the target records are stored under is
+    the measuring machines' (a runner on other machines, Ray, knows it), else this host's."""
+    owned = owned if owned is not None else []
+    if builder is None or isinstance(builder, str):
+        builder = make_builder(builder or opts.builder, **builder_options(opts, settings))
+        owned.append(builder)
+    if runner is None or isinstance(runner, str):
+        runner = make_runner(runner or opts.runner, **runner_options(opts, settings))
+        owned.append(runner)
+    target = target or getattr(runner, "target", None) or host_target(settings.backend, settings)
+    return builder, runner, target
+
+
 def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Target | None = None,
                builder: Builder | str | None = None, runner: Runner | str | None = None, *,
                settings: Settings | None = None, callbacks=()) -> TuneReports:
@@ -302,14 +317,7 @@ def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Targe
     settings = resolve(settings)
     owned = []
     try:
-        if builder is None or isinstance(builder, str):
-            builder = make_builder(builder or opts.builder, **builder_options(opts, settings))
-            owned.append(builder)
-        if runner is None or isinstance(runner, str):
-            runner = make_runner(runner or opts.runner, **runner_options(opts, settings))
-            owned.append(runner)
-        # a runner that measures on other machines (Ray) knows their target; this host's otherwise
-        target = target or getattr(runner, "target", None) or host_target(settings.backend, settings)
+        builder, runner, target = make_stages(opts, settings, builder, runner, target, owned)
         reports = TuneReports(TaskReport(t) for t in tasks)
         reports.timing, reports.order = Timing(), []
         ctx = TuneContext(reports, db, opts, target, settings, make_scheduler(opts.scheduler, tasks, seed=opts.seed),

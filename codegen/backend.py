@@ -7,7 +7,7 @@ or machine), loads an artifact into callable functions, runs one step of a
 launch description, and times a call. Backends are created by name; the heavy
 imports (numba, numba-cuda) happen only when one is chosen.
 
-Built-in: `cpu` (numba, `codegen.cpu`). Others register with
+Built-in: `cpu` (numba, `codegen.cpu`) and `cuda` (numba-cuda, `codegen.cuda`). Others register with
 `register_backend(name, "module:Class")` or a `tensortune.backends` entry point;
 tests add a pure-NumPy interpreter this way (tests/interp_backend.py) without
 touching the tuner, the runtime or the templates.
@@ -58,6 +58,8 @@ class Artifact:
 
 class Backend(abc.ABC):
     name: str = ""
+    template_kind: str = "cpu"   # which templates' loop modules it runs (`Template.kind`)
+    device: bool = False         # its arrays live in device memory (the executor copies in and out)
 
     def __init__(self, settings: Settings | None = None):
         self.settings = resolve(settings)
@@ -105,6 +107,14 @@ class Backend(abc.ABC):
         """A C-contiguous array of `dtype` in this backend's memory holding `a`."""
         return np.ascontiguousarray(a, dtype=dtype)
 
+    def to_host(self, a) -> np.ndarray:
+        """`a` as a host (NumPy) array: a copy of device memory, the array itself on the CPU."""
+        return np.asarray(a)
+
+    def copy_into(self, dst, a) -> None:
+        """Write `a` (host or this backend's memory) into the buffer `dst` of this backend."""
+        np.copyto(dst, a)
+
     def synchronize(self) -> None:
         """Wait for launched work to finish (asynchronous devices); the CPU is synchronous."""
 
@@ -136,7 +146,7 @@ class Backend(abc.ABC):
         return lat, number
 
 
-_BACKENDS: dict[str, str] = {"cpu": "codegen.cpu:CpuBackend"}
+_BACKENDS: dict[str, str] = {"cpu": "codegen.cpu:CpuBackend", "cuda": "codegen.cuda:CudaBackend"}
 _INSTANCES: dict[tuple, Backend] = {}
 
 
@@ -180,3 +190,14 @@ def get_backend(name: str | Backend | None = None, settings: Settings | None = N
         raise BackendError(f"backend '{name}' cannot be loaded: {e}") from None
     inst = _INSTANCES[key] = factory(settings)
     return inst
+
+
+def template_kind(name: str) -> str:
+    """Which templates backend `name` runs (`Backend.template_kind`), without creating it:
+    records of a target of kind `name` were made with those templates."""
+    if name not in _BACKENDS:
+        _entry_points()
+    try:
+        return getattr(load_object(_BACKENDS[name]), "template_kind", "cpu")
+    except (KeyError, ImportError, AttributeError):
+        return "cpu"

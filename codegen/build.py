@@ -25,7 +25,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from codegen.cache_safety import CacheError, discard, private_dir, verified, write_manifest
+from codegen.cache_safety import CacheError, cache_files, discard, private_dir, verified, write_manifest
 from codegen.source import render
 from codegen.target import Target
 from ir.settings import Settings, resolve
@@ -136,3 +136,26 @@ def load_source(src: str, key: str, functions: list[str], settings: Settings | N
     elapsed = time.perf_counter() - t0
     write_manifest(ndir, path.stem)
     return CompiledModule(src, path, {f: getattr(mod, f) for f in functions}, elapsed, cached)
+
+
+def install_artifact(artifact, settings: Settings | None = None) -> None:
+    """Put an artifact's source and numba cache files (made in another process or on another
+    machine) into this kernel cache, so that `load_source` loads instead of compiling; nothing
+    is written when exactly they are there, or when the module is already loaded."""
+    path = cache_dir(settings) / f"k_{artifact.key}.py"
+    if f"tensortune_kernel_{artifact.key}" in sys.modules or not artifact.files:
+        return
+    ndir = numba_dir(path)
+    have = {f.name: f.read_bytes() for f in cache_files(ndir, path.stem)} if verified(ndir, path.stem) else {}
+    if have == artifact.files and path.exists() and path.read_text() == artifact.source:
+        return
+    if not path.exists() or path.read_text() != artifact.source:
+        _write_atomic(path, artifact.source)
+    ns = artifact.meta.get("source_mtime_ns")
+    if ns:
+        os.utime(path, ns=(ns, ns))   # numba's index is valid only for this timestamp
+    for fname, data in artifact.files.items():
+        tmp = ndir / f".tmp_{fname}"
+        tmp.write_bytes(data)
+        os.replace(tmp, ndir / fname)
+    write_manifest(ndir, path.stem)

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from codegen import build as _build
 from codegen.backend import Artifact, Backend
-from codegen.cache_safety import cache_files, verified, write_manifest
+from codegen.cache_safety import cache_files
 
 from codegen.target import Target
 from schedules.loopnest import LoopModule
@@ -103,28 +103,8 @@ class CpuBackend(Backend):
                         meta={"source_mtime_ns": os.stat(cm.path).st_mtime_ns})
 
     def load(self, artifact: Artifact) -> dict:
-        path = _build.cache_dir(self.settings) / f"k_{artifact.key}.py"
-        name = f"tensortune_kernel_{artifact.key}"
-        if name not in _build.sys.modules and artifact.files:
-            self._install(artifact, path)
+        _build.install_artifact(artifact, self.settings)
         return _build.load_source(artifact.source, artifact.key, list(artifact.functions), self.settings).functions
-
-    def _install(self, artifact: Artifact, path) -> None:
-        """Put the artifact's numba cache files beside its source, unless exactly they are there."""
-        ndir = _build.numba_dir(path)
-        have = {f.name: f.read_bytes() for f in cache_files(ndir, path.stem)} if verified(ndir, path.stem) else {}
-        if have == artifact.files and path.exists() and path.read_text() == artifact.source:
-            return
-        if not path.exists() or path.read_text() != artifact.source:
-            _build._write_atomic(path, artifact.source)
-        ns = artifact.meta.get("source_mtime_ns")
-        if ns:
-            os.utime(path, ns=(ns, ns))   # numba's index is valid only for this timestamp
-        for fname, data in artifact.files.items():
-            tmp = ndir / f".tmp_{fname}"
-            tmp.write_bytes(data)
-            os.replace(tmp, ndir / fname)
-        write_manifest(ndir, path.stem)
 
     def call(self, fn, args: list, items: int, parallel: bool, grid=(), block=()) -> None:
         parallel_for(fn, tuple(args), self.settings.num_threads if parallel else 1, items)

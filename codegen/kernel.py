@@ -94,10 +94,10 @@ class _Env:
         x = self.arrays[a.index]
         if x is None:
             raise ValueError(f"launch reads input {a.index}, which was not given")
-        if a.broadcast is not None:
-            x = np.broadcast_to(x, a.broadcast)
+        if a.broadcast is not None:   # a host-side view (device arrays come down for it)
+            x = np.broadcast_to(self.backend.to_host(x), a.broadcast)
         x = self.backend.asarray(x, a.dtype or spec["dtype"])
-        if not x.flags.writeable:   # numba signatures take no read-only arrays
+        if isinstance(x, np.ndarray) and not x.flags.writeable:   # numba signatures take no read-only arrays
             x = x.copy()
         return x.reshape(a.shape) if a.shape is not None else x
 

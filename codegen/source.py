@@ -25,34 +25,37 @@ def _substitute(stmt, var: str, value: int):
     if isinstance(stmt, Call):
         return Call(_subst(stmt.expr, var, value))
     if isinstance(stmt, Alloc):
-        return Alloc(stmt.name, tuple(_subst(d, var, value) for d in stmt.shape), stmt.dtype)
+        return Alloc(stmt.name, tuple(_subst(d, var, value) for d in stmt.shape), stmt.dtype, stmt.scope)
     return stmt
 
 
-def _emit(stmts, indent: int, out: list[str]) -> None:
+def _host_alloc(s: Alloc) -> str:
+    return f"np.empty(({', '.join(s.shape)},), dtype=np.{s.dtype})"
+
+
+def _emit(stmts, indent: int, out: list[str], alloc=_host_alloc) -> None:
     pad = "    " * indent
     for s in stmts:
         if isinstance(s, For):
             if s.kind == UNROLLED:
                 start, stop = int(s.start), int(s.stop)  # unrolled loops need constant bounds
                 for v in range(start, stop, int(s.step)):
-                    _emit([_substitute(b, s.var, v) for b in s.body], indent, out)
+                    _emit([_substitute(b, s.var, v) for b in s.body], indent, out, alloc)
                 continue
             rng = "prange" if s.kind == PARALLEL else "range"
             step = "" if s.step == "1" else f", {s.step}"
             out.append(f"{pad}for {s.var} in {rng}({s.start}, {s.stop}{step}):")
-            _emit(s.body or (Call("pass"),), indent + 1, out)
+            _emit(s.body or (Call("pass"),), indent + 1, out, alloc)
         elif isinstance(s, Assign):
             out.append(f"{pad}{s.target} {s.op}= {s.value}")
         elif isinstance(s, If):
             out.append(f"{pad}if {s.cond}:")
-            _emit(s.then or (Call("pass"),), indent + 1, out)
+            _emit(s.then or (Call("pass"),), indent + 1, out, alloc)
             if s.orelse:
                 out.append(f"{pad}else:")
-                _emit(s.orelse, indent + 1, out)
+                _emit(s.orelse, indent + 1, out, alloc)
         elif isinstance(s, Alloc):
-            shape = ", ".join(s.shape)
-            out.append(f"{pad}{s.name} = np.empty(({shape},), dtype=np.{s.dtype})")
+            out.append(f"{pad}{s.name} = {alloc(s)}")
         elif isinstance(s, Call):
             out.append(f"{pad}{s.expr}")
         elif isinstance(s, Comment):
@@ -72,16 +75,18 @@ def numba_decorator(fn: Function) -> str:
             'error_model="numpy")')
 
 
-def render_function(fn: Function, decorator=numba_decorator) -> str:
+def render_function(fn: Function, decorator=numba_decorator, alloc=_host_alloc) -> str:
     """`fn` as Python source; `decorator(fn)` is the line above the `def` ("" for none), so a
-    backend that runs the code some other way (an interpreter) renders the same body."""
+    backend that runs the code some other way (an interpreter, a GPU) renders the same body;
+    `alloc(stmt)` is the expression that allocates an `Alloc` (GPUs: by its scope)."""
     line = decorator(fn)
     lines = ([line] if line else []) + [f"def {fn.name}({', '.join(p.name for p in fn.params)}):"]
-    _emit(fn.body or (Call("pass"),), 1, lines)
+    _emit(fn.body or (Call("pass"),), 1, lines, alloc)
     return "\n".join(lines) + "\n"
 
 
-def render(module: LoopModule, banner: str = "", header: str = HEADER, decorator=numba_decorator) -> str:
+def render(module: LoopModule, banner: str = "", header: str = HEADER, decorator=numba_decorator,
+           alloc=_host_alloc) -> str:
     """The module's source: banner comment, docstring, `header` (the imports the bodies
     use), then every function rendered with `decorator`."""
     parts = []
@@ -91,5 +96,5 @@ def render(module: LoopModule, banner: str = "", header: str = HEADER, decorator
         parts.append('"""' + module.doc + '"""\n')
     parts.append(header)
     for fn in module.functions:
-        parts.append("\n\n" + render_function(fn, decorator))
+        parts.append("\n\n" + render_function(fn, decorator, alloc))
     return "".join(parts)

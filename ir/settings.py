@@ -19,6 +19,7 @@ ENV = {  # variable -> field, the whole list of what the CLIs read
     "TENSORTUNE_PLUGINS": "plugins",
     "TENSORTUNE_DB": "db_url",
     "TENSORTUNE_DEBUG": "debug",
+    "TENSORTUNE_CUDA_ARCH": "cuda_arch",
 }
 
 
@@ -34,6 +35,7 @@ class Settings:
     plugins: tuple[str, ...] = ()
     db_url: str = ""             # "" = sqlite:///tuning.db (the CLIs' default)
     debug: bool = False          # full tracebacks instead of one-line errors
+    cuda_arch: str = ""          # a compute capability ("8.0") declared where no GPU answers (codegen.cuda)
 
     def __post_init__(self):
         from ir.errors import TensortuneError
@@ -82,6 +84,8 @@ class Settings:
             kw["plugins"] = tuple(plugins_from_env(env["TENSORTUNE_PLUGINS"]))
         if env.get("TENSORTUNE_DB"):
             kw["db_url"] = env["TENSORTUNE_DB"]
+        if env.get("TENSORTUNE_CUDA_ARCH"):
+            kw["cuda_arch"] = env["TENSORTUNE_CUDA_ARCH"].strip()
         kw["debug"] = bool(env.get("TENSORTUNE_DEBUG"))
         return cls(**kw)
 

@@ -35,7 +35,8 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
     still refuses it). `plugins` names modules that register custom ops and templates
     (see `ir.custom`); installed `tensortune.plugins` entry points load too.
     `target` names the backend kernels are built and run with (`codegen.backend`: "cpu",
-    or one a plugin registers); `settings` (`ir.settings.Settings`) gives its thread count
+    "cuda" — subgraphs without a GPU template then run CPU kernels, shown as "cpu-fallback"
+    in the coverage — or one a plugin registers); `settings` (`ir.settings.Settings`) gives its thread count
     and kernel cache (default: the process default, which the CLIs read from the environment).
     """
     from ir.custom import load_plugins
@@ -62,7 +63,8 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
     if db is not None and not hasattr(db, "best"):
         from database import Database
         db = Database(db)
-    return CompiledModel(graph, partition(graph), Chooser(plan, db, tgt.key, strict=strict), strict=strict,
+    chooser = Chooser(plan, db, tgt.key, strict=strict, kind=backend.template_kind)
+    return CompiledModel(graph, partition(graph), chooser, strict=strict,
                          max_programs=max_programs, fallback=fallback, backend=backend)
 
 
@@ -86,11 +88,14 @@ def build_plan(graph, db, points: list[dict], target_key: str, model_name: str =
     `codegen.Target` whose key is `target_key`; default the settings' backend's)."""
     from ir.workload import make_workload
     from schedules import find_template
+    target = target or get_backend().target()
+    from codegen.backend import template_kind
+    kind = template_kind(target.kind)
     entries, seen = [], set()
     for sizes in points:
         for sg in partition(graph):
             wl = make_workload(graph, sg, sizes)
-            if wl.key in seen or find_template(wl) is None:
+            if wl.key in seen or find_template(wl, kind) is None:
                 continue
             seen.add(wl.key)
             best = db.best(wl.key, target_key, 1)
@@ -98,7 +103,6 @@ def build_plan(graph, db, points: list[dict], target_key: str, model_name: str =
                 r = best[0]
                 entries.append(PlanEntry(wl.key, wl.signature, r.template, r.template_version, wl.dims, r.config, r.median))
     dims = {k: [v.lo, v.hi] for k, v in graph.dims.items()}
-    target = target or get_backend().target()
     return Plan(target.describe(), dims, entries, model_name)
 
 

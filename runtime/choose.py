@@ -17,7 +17,8 @@ from schedules import Config, ConfigError, Template, find_template
 from runtime.plan import Plan
 
 TUNED, NEAREST, DEFAULT, REFERENCE = "tuned", "nearest", "default", "reference"
-KINDS = (TUNED, NEAREST, DEFAULT, REFERENCE)
+CPU_FALLBACK = "cpu-fallback"   # a GPU model's subgraph that no GPU template covers: a CPU kernel runs it
+KINDS = (TUNED, NEAREST, DEFAULT, CPU_FALLBACK, REFERENCE)
 
 
 class StaleRecordError(TensortuneError):
@@ -29,6 +30,7 @@ class Choice:
     kind: str
     template: Template | None
     config: Config | None
+    backend: str | None = None   # None: the model's backend; "cpu" for a CPU_FALLBACK
 
 
 @dataclass
@@ -43,8 +45,10 @@ class _Found:
 class Chooser:
     """Looks configs up in a plan or a database for one target."""
 
-    def __init__(self, plan: Plan | None = None, db=None, target_key: str | None = None, strict: bool = False):
+    def __init__(self, plan: Plan | None = None, db=None, target_key: str | None = None, strict: bool = False,
+                 kind: str = "cpu"):
         self.plan, self.db, self.target_key, self.strict = plan, db, target_key, strict
+        self.kind = kind   # the templates of the model's backend (`Backend.template_kind`)
         self._warned: set = set()
 
     def _lookup(self, wl: Workload) -> _Found | None:
@@ -76,8 +80,11 @@ class Chooser:
             warnings.warn(msg + "; running the default config")
 
     def choose(self, wl: Workload) -> Choice:
-        template = find_template(wl)
+        template = find_template(wl, self.kind)
         if template is None:
+            host = find_template(wl, "cpu") if self.kind != "cpu" else None
+            if host is not None:   # no GPU kernel for it: the CPU backend runs its default config
+                return Choice(CPU_FALLBACK, host, host.default_config(wl), backend="cpu")
             return Choice(REFERENCE, None, None)
         found = self._lookup(wl)
         if found is not None:

@@ -33,7 +33,7 @@ from ir.passes import simplify
 from ir.reference import bind_inputs
 from ir.shapes import UnboundDimsError, bind
 from ir.workload import make_workload
-from runtime.choose import REFERENCE, Choice, Chooser
+from runtime.choose import CPU_FALLBACK, REFERENCE, Choice, Chooser
 from runtime.control_flow import CONTROL_FLOW, ControlFlow, is_control_flow
 from runtime.fallback import ONNXRUNTIME, OrtRegion, check_fallback, regions, unsupported_nodes
 
@@ -73,9 +73,10 @@ def run_node(g: Graph, node, args: list) -> tuple[list, bool]:
 @dataclass
 class Step:
     subgraph: FusedSubgraph
-    kind: str                     # tuned | nearest | default | static | view | reference | onnxruntime | control_flow
+    kind: str                     # tuned | nearest | default | cpu-fallback | static | view | reference | onnxruntime | control_flow
     index: int = 0                # position in CompiledModel.subgraphs
     kernel: object = None         # BoundKernel, or None on the reference path
+    host: bool = False            # a GPU model's step that runs on the host (CPU kernel, reference, onnxruntime)
     session: object = None        # OrtRegion of an onnxruntime step, ControlFlow of an If/Loop/Scan
     name: str = ""
     seconds: float = 0.0
@@ -129,7 +130,8 @@ class Coverage:
         total = sum(self.nodes.values())
         parts = [f"{k}: {self.counts[k]} subgraphs / {self.nodes[k]} nodes ({self.nodes[k] / total:.0%} of nodes, "
                  f"{self.time_share(k):.0%} of time)"
-                 for k in ("tuned", "nearest", "default", "static", "view", "reference", ONNXRUNTIME, CONTROL_FLOW)
+                 for k in ("tuned", "nearest", "default", CPU_FALLBACK, "static", "view", "reference", ONNXRUNTIME,
+                           CONTROL_FLOW)
                  if self.counts.get(k)]
         return "; ".join(parts)
 
@@ -269,25 +271,26 @@ class CompiledModel:
     def memory(self, sizes: dict[str, int]) -> MemoryPlan:
         return self.program(sizes).memory
 
-    def _kernel(self, template, wl, cfg):
+    def _kernel(self, template, wl, cfg, backend):
         key = (wl.key, template.name, cfg)
         k = self._kernels.get(key)
         if k is None:
-            k = self._kernels[key] = compile_kernel(template, wl, cfg, self.backend)
+            k = self._kernels[key] = compile_kernel(template, wl, cfg, backend)
             self.stats["compiles"] += 1
         return k
 
-    def _bound(self, index: int, template, wl, cfg, sg: FusedSubgraph) -> BoundKernel:
-        kernel = self._kernel(template, wl, cfg)
+    def _bound(self, index: int, template, wl, cfg, sg: FusedSubgraph, backend=None) -> BoundKernel:
+        backend = backend or self.backend
+        kernel = self._kernel(template, wl, cfg, backend)
         key = (index, template.name, template.version, cfg)
         state = self._states.get(key)
         if state is None:
-            bk = kernel.bind([self.graph.constants.get(i) for i in sg.inputs], self.backend)
+            bk = kernel.bind([self.graph.constants.get(i) for i in sg.inputs], backend)
             self._states[key] = bk.state
             self.stats["binds"] += 1
             return bk
         self.stats["bind_reused"] += 1
-        return BoundKernel(kernel, state, self.backend)
+        return BoundKernel(kernel, state, backend)
 
     def _build(self, sizes: dict[str, int]) -> Program:
         g = self.graph
@@ -297,13 +300,13 @@ class CompiledModel:
         for k, sg in enumerate(self.subgraphs):
             sess = self._sessions.get(k)
             if isinstance(sess, ControlFlow):
-                steps.append(Step(sg, CONTROL_FLOW, k, session=sess, name=str(sg),
+                steps.append(Step(sg, CONTROL_FLOW, k, session=sess, name=str(sg), host=self.backend.device,
                                   in_slots=[self._slot[i] if i else -1 for i in sg.nodes[0].inputs]))
                 continue
             if sess is not None:
                 if self.strict:
                     raise FallbackError(f"--strict: node(s) {sess.label} would run in onnxruntime")
-                steps.append(Step(sg, ONNXRUNTIME, k, session=sess, name=str(sg),
+                steps.append(Step(sg, ONNXRUNTIME, k, session=sess, name=str(sg), host=self.backend.device,
                                   in_slots=[self._slot[i] for i in sess.feeds]))
                 continue
             # shape arithmetic (int/bool values) folds once per shape, even where a kernel covers it
@@ -316,7 +319,8 @@ class CompiledModel:
                 if self.strict:
                     raise FallbackError(f"--strict: subgraph '{sg.name}' ({sg}) has shapes known only at run "
                                         "time and would run on the NumPy reference path") from None
-                steps.append(Step(sg, REFERENCE, k, name=str(sg), in_slots=[self._slot[i] for i in sg.inputs]))
+                steps.append(Step(sg, REFERENCE, k, name=str(sg), host=self.backend.device,
+                                  in_slots=[self._slot[i] for i in sg.inputs]))
                 continue
             choice = self.chooser.choose(wl)
             if choice.kind != REFERENCE and set(self._read_outside[k]) - {sg.output}:
@@ -333,9 +337,13 @@ class CompiledModel:
                     raise FallbackError(f"--strict: subgraph '{sg.name}' ({wl.describe()}) has no template "
                                         "and would run on the NumPy reference path")
             else:
-                step.kernel = self._bound(k, choice.template, wl, choice.config, sg)
+                backend = get_backend(choice.backend, self.backend.settings) if choice.backend else None
+                step.kernel = self._bound(k, choice.template, wl, choice.config, sg, backend)
                 step.out_shape, step.out_dtype = tuple(wl.output_shape), wl.output_dtype
+            step.host = self.backend.device and (step.kernel is None or choice.kind == CPU_FALLBACK)
             steps.append(step)
+        if self.backend.device:   # folded shape values: uploaded once per program, like constants
+            static = {v: self.backend.asarray(a, a.dtype) for v, a in static.items()}
         prog = Program(sizes, steps, static={self._slot[v]: a for v, a in static.items()},
                        static_steps=static_steps)
         self._plan(prog)
@@ -477,15 +485,18 @@ class CompiledModel:
         env = list(self._env0)
         for s_, v in prog.static.items():
             env[s_] = v
-        slot = self._slot
-        for k, v in feeds.items():
-            env[slot[k]] = v
+        slot, backend = self._slot, self.backend
+        device = backend.device
+        for k, v in feeds.items():   # on a GPU: one host-to-device copy per input and call
+            env[slot[k]] = backend.asarray(v, v.dtype) if device else v
         perf = time.perf_counter
         for step in prog.steps:
             t0 = perf()
-            if step.kernel is not None:
+            if step.host:
+                self._run_on_host(prog, step, env)
+            elif step.kernel is not None:
                 _, s, view, is_out = step.outs[0]
-                out = view if view is not None else np.empty(step.out_shape, step.out_dtype)
+                out = view if view is not None else backend.empty(step.out_shape, step.out_dtype)
                 env[s] = step.kernel([env[i] for i in step.in_slots], out, step.work)
             elif step.session is not None:
                 self._hand_on(step, step.session([env[i] if i >= 0 else None for i in step.in_slots]), env)
@@ -496,10 +507,31 @@ class CompiledModel:
         result = {}
         for o in self.graph.outputs:
             v = env[slot[o]]
-            if o in feeds or o in self.graph.constants:
+            if device:   # one device-to-host copy per output and call
+                v = backend.to_host(v)
+            elif o in feeds or o in self.graph.constants:
                 v = np.array(v)
             result[o] = v
         return result
+
+    def _run_on_host(self, prog: Program, step: Step, env: list) -> None:
+        """A GPU model's step that runs on the host: its inputs come down, its results go back
+        up into the planned device buffers (other values stay host arrays until a kernel reads
+        them: `Backend.asarray` uploads those)."""
+        to_host = self.backend.to_host
+        host = list(env)
+        for i in step.in_slots:
+            if i >= 0 and host[i] is not None:
+                host[i] = to_host(host[i])
+        if step.kernel is not None:
+            out = step.kernel([host[i] for i in step.in_slots], np.empty(step.out_shape, step.out_dtype), None)
+            self._hand_on(step, {step.subgraph.output: out}, env)
+        elif step.session is not None:
+            self._hand_on(step, step.session([host[i] if i >= 0 else None for i in step.in_slots]), env)
+        else:
+            self._run_reference(prog, step, host)
+            for v, s, _, _ in step.outs:
+                env[s] = host[s]
 
     def _run_reference(self, prog: Program, step: Step, env: list) -> None:
         g, slot, local = self.graph, self._slot, {}
@@ -523,8 +555,10 @@ class CompiledModel:
         for v, s, view, is_out in step.outs:
             a = local[v]
             if view is not None and a.shape == view.shape and a.dtype == view.dtype:
-                np.copyto(view, a)
+                self.backend.copy_into(view, a)
                 a = view
+            elif self.backend.device:   # a host value outside the device plan: kernels upload it
+                a = np.array(a)
             elif view is not None or is_out or a.base is not None:
                 # a view may point into the arena (Reshape of a planned buffer): own the bytes
                 if view is not None:

@@ -42,11 +42,14 @@ class If:
 
 @dataclass(frozen=True)
 class Alloc:
-    """A local buffer (e.g. a register tile or a packing panel)."""
+    """A local buffer (e.g. a register tile or a packing panel). On a GPU, `scope` says
+    where it lives: "local" (per thread: registers or local memory) or "shared" (per
+    block); both need constant shapes there. The CPU allocates every scope the same way."""
 
     name: str
     shape: tuple[str, ...]
     dtype: str = "float32"
+    scope: str = "local"
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,8 @@ class Function:
     params: tuple[Param, ...]
     body: tuple
     parallel: bool = False
-    nogil: bool = True   # lets `codegen.parallel` run copies on threads
+    nogil: bool = True   # lets `codegen.cpu.parallel_for` run copies on threads
+    device: bool = False  # GPU: a device function the kernels of the module call (not launched)
     fastmath: tuple[str, ...] = ("nnan", "ninf", "nsz", "arcp", "contract", "afn")
 
 

@@ -23,11 +23,12 @@ def get_template(name: str) -> Template:
     return _TEMPLATES[name]
 
 
-def find_template(wl: Workload) -> Template | None:
-    """The first registered template that matches `wl`, or None (reference fallback)."""
+def find_template(wl: Workload, kind: str = "cpu") -> Template | None:
+    """The first registered template for backends of `kind` (`Backend.template_kind`) that
+    matches `wl`, or None (another backend or the reference path runs it)."""
     _load()
     for t in _TEMPLATES.values():
-        if t.matches(wl):
+        if t.kind == kind and t.matches(wl):
             return t
     return None
 

@@ -93,16 +93,34 @@ class Config:
 
 
 class ConfigSpace:
-    def __init__(self, knobs: Sequence[Knob]):
+    """The product of the knobs' options, less the configs `constraint` rules out.
+
+    `constraint(values) -> str | None` says why a config cannot run (a GPU block that needs
+    more shared memory or threads than the device has): such configs are pruned before any
+    build — never sampled, never proposed, refused by `validate`. `len` counts the product."""
+
+    def __init__(self, knobs: Sequence[Knob], constraint=None):
         self.knobs = tuple(knobs)
         self._by_name = {k.name: k for k in self.knobs}
+        self.constraint = constraint
+
+    def why_invalid(self, cfg) -> str | None:
+        """None when `cfg` can run, else the reason it is pruned."""
+        if self.constraint is None:
+            return None
+        return self.constraint(cfg.to_json() if isinstance(cfg, Config) else dict(cfg))
+
+    def allowed(self, cfg) -> bool:
+        return self.why_invalid(cfg) is None
 
     def __len__(self) -> int:
         return math.prod(len(k.options) for k in self.knobs)
 
     def __iter__(self) -> Iterator[Config]:
         for i in range(len(self)):
-            yield self.get(i)
+            cfg = self.get(i)
+            if self.allowed(cfg):
+                yield cfg
 
     def get(self, index: int, order: Sequence[Knob] | None = None) -> Config:
         """The config at `index`; the first knob of `order` (default: the space's) varies fastest."""
@@ -120,7 +138,12 @@ class ConfigSpace:
         return index
 
     def sample(self, rng: random.Random) -> Config:
-        return Config({k.name: rng.choice(k.options) for k in self.knobs})
+        """A uniform sample among the allowed configs (rejection; the last draw if none is found)."""
+        for _ in range(64 if self.constraint is not None else 1):
+            cfg = Config({k.name: rng.choice(k.options) for k in self.knobs})
+            if self.allowed(cfg):
+                return cfg
+        return cfg
 
     def neighbours(self, cfg: Config) -> list[Config]:
         """Configs that differ from `cfg` in one knob by one option step."""
@@ -130,7 +153,7 @@ class ConfigSpace:
             for j in (i - 1, i + 1):
                 if 0 <= j < len(k.options):
                     out.append(Config({**cfg.to_json(), k.name: k.options[j]}))
-        return out
+        return [c for c in out if self.allowed(c)]
 
     def validate(self, values: dict | Config) -> Config:
         values = values.to_json() if isinstance(values, Config) else dict(values)
@@ -144,6 +167,9 @@ class ConfigSpace:
                 types = "/".join(sorted({type(o).__name__ for o in k.options}))
                 raise ConfigError(f"config knob '{k.name}' = {v!r} ({type(v).__name__}) is not one of "
                                   f"{list(k.options)} ({types})")
+        why = self.why_invalid(values)
+        if why:
+            raise ConfigError(f"config {values} cannot run here: {why}")
         return Config(values)
 
     def features(self, cfg: Config) -> list[float]:

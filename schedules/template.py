@@ -26,6 +26,7 @@ class Lowered:
 class Template(abc.ABC):
     name: str = ""
     version: int = 1
+    kind: str = "cpu"   # the backends it writes code for (`Backend.template_kind`): "cpu" or "cuda"
 
     @abc.abstractmethod
     def matches(self, wl: Workload) -> bool:

@@ -2,7 +2,13 @@
 empty database per test, on SQLite and on PostgreSQL."""
 from __future__ import annotations
 
-import pytest
+import os
+
+# numba-cuda's simulator runs the CUDA backend's kernels on the CPU, so the cuda templates are
+# tested on every machine. numba reads the variable when it is first imported: set it first.
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+import pytest  # noqa: E402
 
 try:  # tests/ as a package or as a plain rootdir-inserted folder
     from tests.pg_server import fresh_database, pg_server

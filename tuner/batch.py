@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, fields, replace
 from codegen import Target
 from database import Database
 from ir.errors import TensortuneError
-from ir.settings import Settings, resolve
+from codegen.backend import template_kind
+from ir.settings import Settings, current, resolve
 from tuner.callbacks import MeasureCallback
 from tuner.task import Task, extract_tasks
 from tuner.tune import TuneOptions, TuneReports, _ms, check_runnable
@@ -99,7 +100,7 @@ def load_jobs(paths: list[str], dims=None, shapes=None, fallback: str | None = N
             check_runnable(graph)
         seen_dims |= set(graph.dims)
         points = shape_points(graph.dims, {k: v for k, v in shapes.items() if k in graph.dims})
-        tasks, uncovered = extract_tasks(graph, points)
+        tasks, uncovered = extract_tasks(graph, points, kind=template_kind(current().backend))
         jobs.append(ModelJob(_unique_name(graph.name, jobs), tasks, str(path), uncovered))
     unknown = sorted((set(dims) | set(shapes)) - seen_dims)
     if unknown:

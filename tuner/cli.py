@@ -12,6 +12,9 @@ def _parser() -> argparse.ArgumentParser:
                                 "`tune inspect MODEL` prints the model's partition without tuning.")
     p.add_argument("--model", required=True, help="ONNX model file")
     p.add_argument("--trials", type=int, default=64, help="measurements for the whole model (default 64)")
+    p.add_argument("--target", default=None, metavar="BACKEND",
+                   help="the backend to tune kernels for: cpu (numba; default, or $TENSORTUNE_BACKEND), cuda "
+                        "(numba-cuda on this machine's GPU: pip install '.[cuda]'), or one a plugin registers")
     p.add_argument("--db", default=None, help="SQLAlchemy URL (default $TENSORTUNE_DB or sqlite:///tuning.db)")
     p.add_argument("--dim", action="append", metavar="NAME=LO:HI", help="declare a dynamic dim's range")
     p.add_argument("--shape", action="append", metavar="NAME=V1,V2", help="dim sizes to tune for (default 32)")
@@ -71,8 +74,11 @@ def _parser() -> argparse.ArgumentParser:
 def inspect_text(model, dims=None, shapes=None) -> str:
     from ir import import_onnx, partition, simplify
     from ir.workload import make_workload
+    from codegen.backend import template_kind
+    from ir.settings import current
     from schedules import find_template
     from tuner.task import shape_points
+    kind = template_kind(current().backend)
     g = simplify(import_onnx(model, dims))
     sgs = partition(g)
     points = shape_points(g.dims, shapes)
@@ -95,7 +101,7 @@ def inspect_text(model, dims=None, shapes=None) -> str:
             lines.append(f"  {len(members)}x {sg}  [{sg.kind}]  -> {g.type_of(sg.output)}  "
                          "shapes known at run time (reference path)")
             continue
-        t = find_template(wl)
+        t = find_template(wl, kind)
         shapes_txt = ", ".join(str(g.type_of(i)) for i in sg.inputs)
         lines.append(f"  {len(members)}x {sg}  [{sg.kind}]  in: {shapes_txt}  -> {g.type_of(sg.output)}  "
                      f"{wl.flops() / 1e6:.2f} MFLOP  template: {t.name if t else 'none (reference fallback)'}")
@@ -135,6 +141,12 @@ def _run(args) -> int:
     from runtime.fallback import check_fallback
     settings = current()   # run_cli installed what the environment asks for
     load_plugins(list(args.plugin) + list(settings.plugins))
+    if args.target:
+        from ir.settings import use
+        from codegen import get_backend
+        settings = settings.with_(backend=args.target)
+        get_backend(args.target, settings).target()   # an unknown backend or a missing GPU: one line, now
+        use(settings)   # the measurement stages and their workers build for it
     check_fallback(args.fallback)
     dims = parse_dim_ranges(args.dim)
     shapes = parse_shape_points(args.shape)

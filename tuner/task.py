@@ -22,9 +22,10 @@ class Task:
         return self.workload.flops()
 
 
-def extract_tasks(g: Graph, points: list[dict[str, int]],
-                  subgraphs: list[FusedSubgraph] | None = None) -> tuple[list[Task], list[FusedSubgraph]]:
-    """(tasks, subgraphs that no template covers: they run on the reference path)."""
+def extract_tasks(g: Graph, points: list[dict[str, int]], subgraphs: list[FusedSubgraph] | None = None,
+                  kind: str = "cpu") -> tuple[list[Task], list[FusedSubgraph]]:
+    """(tasks, subgraphs that no template of `kind` covers: on a GPU they run CPU kernels,
+    on the CPU the reference path)."""
     subgraphs = subgraphs if subgraphs is not None else partition(g)
     tasks: dict[str, Task] = {}
     uncovered = []
@@ -39,7 +40,7 @@ def extract_tasks(g: Graph, points: list[dict[str, int]],
             if wl.key in tasks:
                 tasks[wl.key].weight += 1
                 continue
-            t = find_template(wl)
+            t = find_template(wl, kind)
             if t is None:
                 if sg not in uncovered:
                     uncovered.append(sg)

@@ -612,6 +612,8 @@ def tune_model(model, db: Database, opts: TuneOptions, dims: dict[str, DimRange]
     if not opts.fallback:
         check_runnable(graph)
     points = shape_points(graph.dims, shapes)
-    tasks, uncovered = extract_tasks(graph, points)
+    from codegen.backend import template_kind
+    tasks, uncovered = extract_tasks(graph, points, kind=template_kind(target.kind if target is not None
+                                                                      else resolve(settings).backend))
     reports = tune_tasks(tasks, db, opts, target, builder, runner, settings=settings, callbacks=callbacks)
     return graph, points, reports, uncovered

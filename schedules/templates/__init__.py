@@ -6,3 +6,4 @@ from schedules.templates import batch_matmul  # noqa: F401
 from schedules.templates import pool  # noqa: F401
 from schedules.templates import reduce  # noqa: F401
 from schedules.templates import elementwise  # noqa: F401
+from schedules.templates import cuda  # noqa: F401,E402  (GPU templates: kind "cuda")

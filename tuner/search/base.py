@@ -37,9 +37,13 @@ class SearchStrategy(abc.ABC):
         return len(self.measured) >= len(self.space)
 
     def _fresh(self, cfg: Config, taken: set[str]) -> bool:
-        """True (and mark it taken) if cfg is neither measured nor already in this proposal."""
+        """True (and mark it taken) if cfg is neither measured nor already in this proposal,
+        and its space allows it (a pruned config is marked measured: never proposed, never built)."""
         h = cfg.hash
         if h in self.measured or h in taken:
+            return False
+        if not self.space.allowed(cfg):
+            self.measured.add(h)
             return False
         taken.add(h)
         return True

@@ -32,6 +32,31 @@ class Limits:
         return cls(**{k: int(target.get(k)) for k in cls.__dataclass_fields__ if target.get(k) is not None})
 
 
+@dataclass(frozen=True)
+class Resources:
+    """What one config of a GPU template asks of the device: every CUDA template says it
+    (`Template.resources(wl, cfg)`), for pruning (`constraint`) and the cost model's
+    features (`tuner.cost_model.features`)."""
+    threads: int                 # threads per block
+    blocks: int                  # blocks in the grid (of the main kernel)
+    shared_bytes: int = 0        # static shared memory per block
+    regs_per_thread: int = 32    # an estimate (accumulators, staged values, addressing)
+    bytes_moved: int = 0         # global-memory traffic of one call (reads + writes), estimated
+    flops: int = 0
+
+
+def constraint(template, wl, lim: Limits | None = None):
+    """A `ConfigSpace` constraint: configs whose `template.resources(wl, cfg)` do not fit `lim`
+    (default: this machine's `limits()`) are pruned."""
+    lim = lim or limits()
+
+    def why(values: dict) -> str | None:
+        from schedules.space import Config
+        r = template.resources(wl, Config(values))
+        return fits(lim, r.threads, r.shared_bytes, r.regs_per_thread)
+    return why
+
+
 def limits(settings=None) -> Limits:
     """The limits of the GPU the settings' cuda backend targets (the device, or the
     declared/simulated architecture); a declared 8.0 where the cuda backend cannot answer."""
@@ -76,4 +101,4 @@ def blocks_for(n: int, per_block: int) -> int:
     return max(1, -(-int(n) // int(per_block)))
 
 
-__all__ = ["DEFAULT_ARCH", "Limits", "limits", "fits", "occupancy", "blocks_for"]
+__all__ = ["DEFAULT_ARCH", "Limits", "Resources", "constraint", "limits", "fits", "occupancy", "blocks_for"]

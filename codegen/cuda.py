@@ -219,6 +219,25 @@ class CudaBackend(Backend):
     def synchronize(self) -> None:
         _cuda().synchronize()
 
+    def flush(self, nbytes: int = 256 << 20) -> None:
+        """Evict the GPU's L2 before a timing repeat: a device-to-device copy larger than any L2."""
+        bufs = self.__dict__.get("_flush")
+        if bufs is None:
+            cuda = _cuda()
+            bufs = self._flush = (cuda.device_array(nbytes // 4, np.float32), cuda.device_array(nbytes // 4, np.float32))
+        bufs[1].copy_to_device(bufs[0])
+        self.synchronize()
+
+    def device_count(self) -> int:
+        """GPUs the runner gives a worker each (one under the simulator or a declared arch)."""
+        if simulator():
+            return 1
+        cuda = _cuda()
+        try:
+            return max(1, len(cuda.gpus)) if cuda.is_available() else 1
+        except Exception:
+            return 1
+
     def time(self, run, number, repeat, min_repeat_ms, flush=None):
         """CUDA events around each repeat (the simulator's events do not time: wall clock there)."""
         if simulator():

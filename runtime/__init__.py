@@ -16,7 +16,7 @@ from runtime.memory import MemoryPlan
 from runtime.plan import Plan, PlanEntry, PlanError
 
 
-def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu",
+def load(model, db=None, plan=None, dims: dict | None = None, target: str | None = None,
          strict: bool = False, max_programs: int = MAX_PROGRAMS, fallback: str | None = None,
          plugins=(), settings=None) -> CompiledModel:
     """Load an ONNX model with kernels from a database URL/`Database` or a plan (path or
@@ -34,7 +34,8 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
     whose reference fails) in onnxruntime, one session per maximal region (`strict`
     still refuses it). `plugins` names modules that register custom ops and templates
     (see `ir.custom`); installed `tensortune.plugins` entry points load too.
-    `target` names the backend kernels are built and run with (`codegen.backend`: "cpu",
+    `target` names the backend kernels are built and run with (`codegen.backend`; default the
+    settings' backend, "cpu" unless TENSORTUNE_BACKEND says otherwise: "cpu",
     "cuda" — subgraphs without a GPU template then run CPU kernels, shown as "cpu-fallback"
     in the coverage — or one a plugin registers); `settings` (`ir.settings.Settings`) gives its thread count
     and kernel cache (default: the process default, which the CLIs read from the environment).
@@ -44,7 +45,7 @@ def load(model, db=None, plan=None, dims: dict | None = None, target: str = "cpu
     from ir.settings import resolve
     settings = resolve(settings)
     load_plugins(list(plugins) + [p for p in settings.plugins if p not in plugins])   # before the backend:
-    backend = get_backend(target, settings)                                             # a plugin may register it
+    backend = get_backend(target or settings.backend, settings)                          # a plugin may register it
     ranges = {k: v if isinstance(v, DimRange) else DimRange(k, int(v[0]), int(v[1])) for k, v in (dims or {}).items()}
     tgt = backend.target()
     if plan is not None and not isinstance(plan, Plan):

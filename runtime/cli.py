@@ -21,6 +21,9 @@ def _parser():
     src.add_argument("--plan", default=None, help="plan file written by `tune --plan`")
     p.add_argument("--dim", action="append", metavar="NAME=LO:HI")
     p.add_argument("--shape", action="append", metavar="NAME=V", help="dynamic dim sizes to run at (default 32)")
+    p.add_argument("--target", default=None, metavar="BACKEND",
+                   help="the backend to run kernels on: cpu (default, or $TENSORTUNE_BACKEND), cuda (this machine's "
+                        "GPU; subgraphs without a GPU kernel run on the CPU, shown as cpu-fallback)")
     p.add_argument("--check", action="store_true", help="compare outputs with onnxruntime")
     p.add_argument("--bench", type=int, default=0, metavar="N", help="time N runs; print p50/p95/p99")
     p.add_argument("--strict", action="store_true",
@@ -107,8 +110,10 @@ def _report(args):
     from ir.shapes import parse_dim_ranges, parse_shape_points
     dims = parse_dim_ranges(args.dim)
     t0 = time.perf_counter()
+    from ir.settings import current
     model = runtime.load(args.model, db=_default_db(args), plan=args.plan, dims=dims, strict=args.strict,
-                          fallback=args.fallback, plugins=cli_plugins(args.plugin))
+                          fallback=args.fallback, plugins=cli_plugins(args.plugin),
+                          target=args.target or current().backend)
     load_s = time.perf_counter() - t0
     sizes = runtime.default_sizes(model.graph.dims, parse_shape_points(args.shape))
     feeds = random_feeds(model.graph, sizes, args.seed)

@@ -8,7 +8,11 @@ template are comparable (transfer learning):
     register-tile size, loads and accumulations in the innermost loop, arithmetic
     intensity, loop depth, unrolled loops; and, where the knobs name them, the
     working set of one cache block vs L1/L2, the innermost extent, the number of
-    parallel blocks per thread and their imbalance.
+    parallel blocks per thread and their imbalance;
+  * for GPU templates (kind "cuda") instead of the CPU blocking: what the config asks
+    of the device (`template.resources`: threads per block, blocks, shared memory,
+    registers), the occupancy that allows, waves of blocks over the SMs, and bytes
+    moved per FLOP — what decides a GPU kernel's speed before any measurement.
 """
 from __future__ import annotations
 
@@ -99,6 +103,20 @@ def blocking_features(cfg: Config, m: int, n: int, k: int, threads: int) -> list
             float(m % mr == 0), float(n % nr == 0), _log2(math.ceil(k / kb_eff))]
 
 
+def gpu_features(template, wl, cfg: Config, lim) -> list[float]:
+    """[log2 threads, log2 blocks, log2 shared bytes, regs/thread, occupancy, waves, tail, bytes/FLOP, warps]."""
+    from schedules.gpu import occupancy
+    r = template.resources(wl, cfg)
+    occ = occupancy(lim, r.threads, r.shared_bytes, r.regs_per_thread)
+    sms = lim.sm_count or 108   # a declared architecture does not say: an A100's count
+    per_wave = max(1, sms * max(1, int(occ * lim.threads_per_sm) // max(1, r.threads)))
+    waves = r.blocks / per_wave
+    tail = (math.ceil(waves) - waves) if waves > 1 else 1.0 - waves   # idle share of the last wave
+    flops = r.flops or wl.flops() or 1
+    return [_log2(r.threads), _log2(r.blocks), _log2(r.shared_bytes), float(r.regs_per_thread), occ,
+            _log2(waves * 1024) / 10, tail, r.bytes_moved / flops, float(-(-r.threads // lim.warp))]
+
+
 class Featurizer:
     """configs -> feature matrix for one task (template + workload); cached per config."""
 
@@ -111,6 +129,10 @@ class Featurizer:
                         float(len(workload.ops))]
         self._nest: dict[tuple, list[float]] = {}
         self._rows: dict[Config, np.ndarray] = {}
+        self.gpu = getattr(template, "kind", "cpu") == "cuda"
+        if self.gpu:
+            from schedules.gpu import limits
+            self.limits = limits()
 
     def _nest_features(self, cfg: Config) -> list[float]:
         key = self.space.code_key(cfg)
@@ -124,8 +146,10 @@ class Featurizer:
     def row(self, cfg: Config) -> np.ndarray:
         r = self._rows.get(cfg)
         if r is None:
-            r = np.array(self.space.features(cfg) + self.problem + self._nest_features(cfg)
-                         + blocking_features(cfg, self.m, self.n, self.k, self.threads), dtype=np.float32)
+            device = gpu_features(self.template, self.workload, cfg, self.limits) if self.gpu \
+                else blocking_features(cfg, self.m, self.n, self.k, self.threads)
+            r = np.array(self.space.features(cfg) + self.problem + self._nest_features(cfg) + device,
+                         dtype=np.float32)
             self._rows[cfg] = r
         return r
 
@@ -135,4 +159,5 @@ class Featurizer:
 
     @property
     def width(self) -> int:
-        return len(self.row(self.space.get(0))) if len(self.space) else 0
+        first = next(iter(self.space), None)
+        return len(self.row(first)) if first is not None else 0

@@ -58,6 +58,14 @@ def _consts(wl: Workload, arrays: list) -> list:
     return [a if spec["const"] else None for a, spec in zip(arrays, wl.inputs)]
 
 
+def _on_device(wl: Workload, arrays: list, backend) -> list:
+    """The non-constant inputs in the backend's memory, uploaded once (not on every timed call);
+    constants are the bound kernel's own copies. On the CPU: the arrays themselves."""
+    if not backend.device:
+        return arrays
+    return [a if spec["const"] else backend.asarray(a, a.dtype) for a, spec in zip(arrays, wl.inputs)]
+
+
 def _sentinel(out: np.ndarray) -> None:
     """Fill the output with values no kernel computes, so elements it never writes are seen."""
     if out.dtype.kind == "f":
@@ -69,12 +77,14 @@ def _sentinel(out: np.ndarray) -> None:
 def check(k, wl: Workload, sets: list, reduction: int, first=None, backend=None) -> str | None:
     """None if the kernel matches the reference on every input set, else why not.
     `first`: the kernel already bound to the first set's constants."""
+    backend = backend or get_backend()
     for n, (arrays, expected) in enumerate(sets):
-        out = np.empty(wl.output_shape, dtype=wl.output_dtype)
-        _sentinel(out)
+        host = np.empty(wl.output_shape, dtype=wl.output_dtype)
+        _sentinel(host)
+        out = backend.asarray(host, host.dtype)   # the array itself on the CPU; a device copy on a GPU
         run = first if n == 0 and first is not None else k.bind(_consts(wl, arrays), backend)
-        run(arrays, out)
-        c = accuracy.compare(out, expected, reduction)
+        run(_on_device(wl, arrays, backend), out)
+        c = accuracy.compare(backend.to_host(out), expected, reduction)
         if not c.ok:
             which = "uniform [-1, 1)" if n == 0 else "wide (negative and large values)"
             return c.message(f"input set {n + 1} of {len(sets)} ({which}), reduction length {reduction}") + \
@@ -100,7 +110,8 @@ def timed(run, arrays, out, number: int | None, repeat: int, min_repeat_ms: floa
     knows how to wait for its device). `number` None: grow it until one repeat lasts
     `min_repeat_ms`. With `flush`, caches are flushed before every repeat (outside the timing)."""
     backend = backend or get_backend()
-    return backend.time(lambda: run(arrays, out), number, repeat, min_repeat_ms, flush_caches if flush else None)
+    flusher = (backend.flush if backend.device else flush_caches) if flush else None
+    return backend.time(lambda: run(arrays, out), number, repeat, min_repeat_ms, flusher)
 
 
 def run_job(req: dict) -> dict:
@@ -120,7 +131,8 @@ def run_job(req: dict) -> dict:
         if wrong:
             return {"wrong": wrong, "compile_s": k.artifact.compile_s, "target": target}
     out = backend.empty(wl.output_shape, wl.output_dtype)
-    run(arrays, out)
+    arrays = _on_device(wl, arrays, backend)
+    run(arrays, out)   # warm-up
     lat, number = timed(run, arrays, out, req.get("number"), req.get("repeat", 5), req.get("min_repeat_ms", 20),
                         bool(req.get("flush_cache", False)), backend)
     return {"latencies": lat, "number": number, "compile_s": k.artifact.compile_s, "target": target}

@@ -95,20 +95,72 @@ def run_request(inp: MeasureInput, build: BuildResult, settings: Settings, **kno
 
 
 class LocalRunner(Runner):
-    """Times candidates one at a time in one worker process: `repeat` repeats of `number`
+    """Times candidates one at a time per worker process: `repeat` repeats of `number`
     calls (None: as many as fill `min_repeat_ms`), median kept, spread recorded;
-    `flush_cache` evicts the caches before each repeat."""
+    `flush_cache` evicts the caches before each repeat.
+
+    On the CPU there is one worker (capacity 1). On a GPU backend there is one worker per
+    GPU, each seeing only its own (CUDA_VISIBLE_DEVICES), and `capacity` batches are timed
+    at once, one per GPU. A CUDA error leaves a CUDA context unusable, so a worker whose
+    candidate failed at run time on a GPU is replaced before the next one."""
 
     capacity = 1   # one host: timings never overlap each other or a build
 
     def __init__(self, timeout: float = 30.0, repeat: int = 5, min_repeat_ms: float = 20.0, check: bool = True,
-                 number: int | None = None, flush_cache: bool = False, settings: Settings | None = None):
+                 number: int | None = None, flush_cache: bool = False, settings: Settings | None = None,
+                 devices: int | None = None):
         if repeat < 1 or (number is not None and number < 1):
             raise ValueError(f"repeat and number must be >= 1, got repeat={repeat}, number={number}")
         self.timeout, self.repeat, self.min_repeat_ms, self.check = timeout, repeat, min_repeat_ms, check
         self.number, self.flush_cache = number, flush_cache
         self.settings = resolve(settings)
-        self.worker = Worker(_SERIAL)
+        backend = get_backend(self.settings.backend, self.settings)
+        self.device = backend.device
+        if self.device:
+            n = devices or backend.device_count()
+            self.workers = [Worker({**_SERIAL, "CUDA_VISIBLE_DEVICES": str(i)} if n > 1 else _SERIAL)
+                            for i in range(n)]
+        else:
+            self.workers = [Worker(_SERIAL)]
+        self.worker = self.workers[0]
+        self.capacity = len(self.workers)
+        if self.capacity > 1:
+            import queue
+            self._free: "queue.Queue[Worker]" = queue.Queue()
+            for w in self.workers:
+                self._free.put(w)
+            self._done: "queue.Queue[tuple]" = queue.Queue()
+            self._pool = ThreadPoolExecutor(self.capacity, thread_name_prefix="gpu-runner")
+            self._in_flight = 0
+
+    def submit(self, inputs: list[MeasureInput], builds: list[BuildResult]) -> int:
+        if self.capacity == 1:
+            return super().submit(inputs, builds)
+        from tuner.measure.base import _tickets
+        ticket = next(_tickets)
+        self._in_flight += len(inputs)
+
+        def measure_batch():
+            worker = self._free.get()
+            try:
+                for inp, b in zip(inputs, builds):
+                    try:
+                        r = self._run_one(inp, b, worker)
+                    except Exception as e:  # never lose a result: the loop waits for one per input
+                        r = MeasureResult(inp, RUNTIME_ERROR, error=f"run: {type(e).__name__}: {e}")
+                    self._done.put((ticket, r))
+            finally:
+                self._free.put(worker)
+        self._pool.submit(measure_batch)
+        return ticket
+
+    def next_result(self) -> tuple[int, MeasureResult]:
+        if self.capacity == 1:
+            return super().next_result()
+        if self._in_flight <= 0:
+            raise RuntimeError("next_result: no batch in flight")
+        self._in_flight -= 1
+        return self._done.get()
 
     def run(self, inputs: list[MeasureInput], builds: list[BuildResult]) -> list[MeasureResult]:
         return list(self.stream(inputs, builds))
@@ -117,7 +169,8 @@ class LocalRunner(Runner):
         for inp, b in zip(inputs, builds):
             yield self._run_one(inp, b)
 
-    def _run_one(self, inp: MeasureInput, build: BuildResult) -> MeasureResult:
+    def _run_one(self, inp: MeasureInput, build: BuildResult, worker: Worker | None = None) -> MeasureResult:
+        worker = worker or self.worker
         if build.status != OK:
             return MeasureResult(inp, build.status, error=build.error, compile_s=build.compile_s)
         if build.kernel is None:
@@ -127,13 +180,15 @@ class LocalRunner(Runner):
                           check=self.check, number=self.number, flush_cache=self.flush_cache)
         t0 = time.perf_counter()
         try:
-            reply = self.worker.call(jobs.run_job, req, self.timeout)
+            reply = worker.call(jobs.run_job, req, self.timeout)
         except WorkerTimeout as e:
             return MeasureResult(inp, RUN_TIMEOUT, error=f"run: {e}", compile_s=build.compile_s)
         except WorkerDied as e:
             return MeasureResult(inp, WORKER_DIED, error=f"run: {e}", compile_s=build.compile_s)
         run_s = time.perf_counter() - t0
         if reply[0] != "ok":
+            if self.device:   # a CUDA error poisons the context: the next candidate gets a fresh worker
+                worker.kill()
             return MeasureResult(inp, RUNTIME_ERROR, error=reply[1], compile_s=build.compile_s, run_s=run_s)
         r = reply[1]
         if "wrong" in r:
@@ -143,4 +198,7 @@ class LocalRunner(Runner):
                              target=r.get("target"))
 
     def close(self) -> None:
-        self.worker.close()
+        for w in self.workers:
+            w.close()
+        if self.capacity > 1:
+            self._pool.shutdown(wait=False, cancel_futures=True)

@@ -246,7 +246,10 @@ def _run(args) -> int:
             with open(args.log_file, "a") as f:
                 f.write(json.dumps({"time": time.time(), "event": "model_latency", "estimated": est,
                                     "measured": measured, "sizes": points[0]}) + "\n")
-    if uncovered:
+    if uncovered and settings.backend != "cpu":
+        print(f"{len(uncovered)} subgraph(s) have no {settings.backend} template (they run CPU kernels, or fold or run "
+              "as views as on the CPU): " + ", ".join(sorted({str(sg) for sg in uncovered})))
+    elif uncovered:
         print(f"{len(uncovered)} subgraph(s) have no template (shape computations fold once per shape at run time, reshapes run as views, anything else on the NumPy reference path): "
               + ", ".join(sorted({str(sg) for sg in uncovered})))
     print(f"results in {redact(db.url)}")

@@ -52,3 +52,17 @@ from hypothesis import settings as _settings  # noqa: E402
 _settings.register_profile("ci", derandomize=True, print_blob=True)
 if _os.environ.get("CI"):
     _settings.load_profile("ci")
+
+
+def pytest_collection_modifyitems(config, items):
+    """`long` tests (a local Ray cluster, a virtual environment with installs, the real exported
+    models' compiles) guard real behaviour but take minutes: CI runs them (CI set), a local
+    default run leaves them out so it stays under 15 minutes; `-m long` runs just them."""
+    if _os.environ.get("CI") or config.option.markexpr not in ("not slow", ""):
+        return
+    keep, left = [], []
+    for item in items:
+        (left if item.get_closest_marker("long") else keep).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = keep

@@ -274,6 +274,7 @@ def run(args, env, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
 
 
+@pytest.mark.long   # a virtual environment with Ray installed into it (CI runs it)
 def test_ray_installed_after_us_takes_tune_and_tensortune_still_works(shadowed, tmp_path):
     env, venv = shadowed
     bin_ = venv / "bin"
@@ -307,6 +308,7 @@ def test_ray_installed_after_us_takes_tune_and_tensortune_still_works(shadowed, 
     assert r.returncode == 0 and "\nnote: `tune` (" in r.stdout
 
 
+@pytest.mark.long   # a virtual environment with Ray installed into it (CI runs it)
 def test_the_fix_doctor_prints_takes_tune_back(shadowed, tmp_path):
     env, venv = shadowed
     r = run([venv / "bin" / "tensortune", "doctor", "tune"], env, tmp_path)

@@ -30,6 +30,8 @@ from tuner.search import make_strategy  # noqa: E402
 from tuner.task import extract_tasks, shape_points  # noqa: E402
 from tuner.tune import TuneOptions, builder_options, runner_options, tune_tasks  # noqa: E402
 
+pytestmark = pytest.mark.long   # a 3-node local Ray cluster: minutes (CI runs it)
+
 STORE = 80_000_000   # Ray's minimum
 QUICK = ["--trials", "6", "--batch-size", "2", "--strategy", "random", "--measure-runs", "0", "--no-progress",
          "--repeat", "2", "--min-repeat-ms", "1"]

@@ -27,6 +27,8 @@ IMPORT_LIMIT_S = 10.0   # loose: the goal is ~1 s; this catches a regression to 
 LOAD_BUDGET_S = 12      # a load still running then is stopped, so a slow import costs CI seconds, not minutes
 RTOL = 1e-4             # max |diff| <= RTOL * max |ref|, per output
 
+pytestmark = pytest.mark.long   # 14 models' first calls compile their kernels: minutes (CI runs it)
+
 @dataclass
 class Outcome:
     """What happened when the model was loaded and run at its two shapes."""

@@ -1,3 +1,4 @@
 """GPU templates (`Template.kind = "cuda"`): the same workloads as the CPU templates, as
 numba-cuda kernels (loops bound to blocks and threads, shared-memory staging). One module
 per op family; importing this package registers them."""
+from schedules.templates.cuda import conv2d  # noqa: F401,E402

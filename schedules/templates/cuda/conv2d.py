@@ -97,8 +97,21 @@ def _tail_params(epi: Epilogue) -> tuple:
         Param("out", "float32[:, :, :, ::1]"),) + tuple(Param(n, "int64") for n in SIZES)
 
 
+_PROBLEMS: dict = {}
+
+
 def _problem(wl: Workload) -> dict:
-    """Geometry (CPU parser) and the GEMM view of `wl`."""
+    """Geometry (CPU parser) and the GEMM view of `wl`; remembered per workload, since pruning
+    a space asks for it once per config."""
+    p = _PROBLEMS.get(wl.key)
+    if p is None:
+        if len(_PROBLEMS) > 256:
+            _PROBLEMS.clear()
+        p = _PROBLEMS[wl.key] = _parse(wl)
+    return p
+
+
+def _parse(wl: Workload) -> dict:
     geo = dict(_geometry(wl))
     N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
     OC = int(wl.inputs[1]["shape"][0])

@@ -93,6 +93,17 @@ def test_runtime_weights_and_a_broadcast_epilogue_input():
         check(CONV, wl, cfg)
 
 
+def test_matches_exactly_what_the_cpu_conv2d_matches():
+    cpu = get_template("conv2d")
+    conv = [("Conv", ["i0", "i1"], {"kernel_shape": [3, 3], "pads": [1] * 4})]
+    ins = [((1, 3, 5, 5), "float32", False), ((4, 3, 3, 3), "float32", True)]
+    wls = [conv_wl(1, 3, 5, 5, 4, epi=("res", "relu")), conv_wl(1, 4, 5, 5, 4, g=4),
+           make_wl(conv + [("Softmax", ["t0"], {"axis": 1})], ins),           # no fusable epilogue
+           make_wl([("Conv", ["i0", "i1"], {"kernel_shape": [3]})], [((1, 3, 5), "float32", False),
+                                                                    ((4, 3, 3), "float32", True)])]   # 1-D
+    assert [CONV.matches(w) for w in wls] == [cpu.matches(w) for w in wls] == [True, True, False, False]
+
+
 def test_kernels_stage_tiles_in_shared_memory_between_barriers():
     wl = conv_wl(1, 3, 5, 5, 4, k=3, s=1, p=1)
     cfg = CONV.space(wl).validate({**CONV.default_config(wl).to_json(), "layout": "NHWC"})
@@ -117,10 +128,12 @@ def test_space_is_pruned_by_device_limits():
         assert 32 <= r.threads <= lim.max_threads_per_block and r.shared_bytes <= lim.shared_per_block
     too_big = {"BM": 128, "BN": 128, "BK": 32, "TM": 2, "TN": 2, "layout": "NCHW", "unroll": True}
     assert space.why_invalid(too_big) and "threads per block" in space.why_invalid(too_big)
-    tight = gpu.Limits(shared_per_block=8 << 10)
-    r = CONV.resources(wl, space.validate({**too_big, "TM": 8, "TN": 8}))
-    assert r.shared_bytes > tight.shared_per_block and gpu.fits(tight, r.threads, r.shared_bytes) is not None
-    assert space.allowed(CONV.default_config(wl))
+    # a device with 8 KiB of shared memory per block: the deep/wide tiles go, the default stays
+    tight = gpu.constraint(CONV, wl, gpu.Limits(shared_per_block=8 << 10))
+    assert "shared memory" in tight({**too_big, "TM": 8, "TN": 8})
+    kept = [c for c in allowed if tight(c.to_json()) is None]
+    assert 0 < len(kept) < len(allowed) and all(CONV.resources(wl, c).shared_bytes <= 8 << 10 for c in kept)
+    assert space.allowed(CONV.default_config(wl)) and tight(CONV.default_config(wl).to_json()) is None
     assert CONV.resources(wl, CONV.default_config(wl)).flops == 2 * 56 * 56 * 64 * 64 * 9
 
 

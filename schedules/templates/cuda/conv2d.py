@@ -249,13 +249,24 @@ def _row(bm: int, layout: str) -> int:
     return bm + 1 if layout == "NHWC" else bm
 
 
-def _decode_k(layout: str, k: str, khw: int, kw: int) -> tuple:
-    """(c, kh, kw) of reduction index `k`: K is (c, kh, kw) in NCHW order, (kh, kw, c) in NHWC."""
+def _tap(layout: str, s: int, khw: int, kw: int) -> tuple:
+    """(c, kh, kw) of gather slot s at the current K slice, and `kok`: inside K. NCHW orders K
+    as (c, kh, kw) and decodes k = k0 + akk by constant divisors; NHWC orders it (kh, kw, c)
+    and keeps (ar, ac) = divmod(k, Cg) per slot, advanced by `_advance` (no run-time division
+    per element and slice)."""
     if layout == "NCHW":
-        head = (Assign("c", f"{k} // {khw}"), Assign("r", f"{k} - c * {khw}"))
+        head = (Assign("k", f"k0 + akk{s}"), Assign("kok", "k < K"), Assign("c", f"k // {khw}"),
+                Assign("r", f"k - c * {khw}"))
     else:
-        head = (Assign("r", f"{k} // Cg"), Assign("c", f"{k} - r * Cg"))
+        head = (Assign("kok", f"ar{s} < {khw}"), Assign("c", f"ac{s}"), Assign("r", f"ar{s}"))
     return head + (Assign("kh", f"r // {kw}"), Assign("kw", f"r - kh * {kw}"))
+
+
+def _advance(s: int, bk: int) -> tuple:
+    """NHWC slot s to the next K slice: k += BK, as (ar, ac) = divmod(k, Cg); the division runs
+    only where the slice crosses a channel boundary (once per Cg/BK slices)."""
+    return (Assign(f"ac{s}", str(bk), "+"),
+            If(f"ac{s} >= Cg", (Assign("q", f"ac{s} // Cg"), Assign(f"ar{s}", "q", "+"), Assign(f"ac{s}", "q * Cg", "-"))))
 
 
 def _pack_w(p: dict, layout: str) -> Function:
@@ -329,6 +340,8 @@ def _gemm(p: dict, epi: Epilogue, cfg: Config) -> Function:
         if guard:   # rows past the tile load nothing
             setup += [Assign(f"akk{s}", f"akk{s} if e < {bm * bk} else 0"),
                       Assign(f"amm{s}", f"amm{s} if e < {bm * bk} else 0")]
+        if layout == "NHWC":
+            setup += [Assign(f"ar{s}", f"akk{s} // Cg"), Assign(f"ac{s}", f"akk{s} - ar{s} * Cg")]
     for s in range(slots_b):
         guard = (s + 1) * threads > bn * bk
         setup += [Assign("e", f"tid + {s * threads}"), Assign(f"bnn{s}", f"e % {bn}"), Assign(f"bkk{s}", f"e // {bn}"),
@@ -341,12 +354,14 @@ def _gemm(p: dict, epi: Epilogue, cfg: Config) -> Function:
     for s in range(slots_a):
         guarded = (s + 1) * threads > bm * bk
         put = Assign(f"As[akk{s}, amm{s}]", "v")
-        stage += [Assign("k", f"k0 + akk{s}"), *_decode_k(layout, "k", khw, KW),
+        stage += [*_tap(layout, s, khw, KW),
                   Assign("ih", f"aih{s} + kh * {p['DH']}"), Assign("iw", f"aiw{s} + kw * {p['DW']}"),
                   Assign("v", F0),
-                  If(f"aok{s} and k < K and ih >= 0 and ih < H and iw >= 0 and iw < W",
+                  If(f"aok{s} and kok and ih >= 0 and ih < H and iw >= 0 and iw < W",
                      (Assign("v", read.format(s=s)),)),
                   If(f"tid + {s * threads} < {bm * bk}", (put,)) if guarded else put]
+        if layout == "NHWC":
+            stage += _advance(s, bk)
     for s in range(slots_b):
         guarded = (s + 1) * threads > bn * bk
         put = Assign(f"Bs[bkk{s}, bnn{s}]", "v")

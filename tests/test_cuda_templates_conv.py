@@ -49,12 +49,13 @@ GEMM_CASES = [   # (conv_wl args, kwargs): remainders in pixels, channels and K 
 ]
 
 
-@pytest.mark.parametrize("case,layout", [(0, "NCHW"), (0, "NHWC"), (1, "NCHW"), (1, "NHWC"), (2, "NHWC"), (3, "NCHW")])
-def test_implicit_gemm_configs_match_numpy(case, layout):
+@pytest.mark.parametrize("case,layout,prefetch", [(0, "NCHW", True), (0, "NHWC", False), (1, "NCHW", False),
+                                                   (1, "NHWC", True), (2, "NHWC", True), (3, "NCHW", False)])
+def test_implicit_gemm_configs_match_numpy(case, layout, prefetch):
     args, kw = GEMM_CASES[case]
     wl = conv_wl(*args, **kw)
     assert find_template(wl, "cuda") is CONV
-    for cfg in sample(CONV, wl, 1, seed=case, layout=layout):
+    for cfg in sample(CONV, wl, 1, seed=case, layout=layout, prefetch=prefetch):
         check(CONV, wl, cfg)
 
 
@@ -126,7 +127,7 @@ def test_space_is_pruned_by_device_limits():
     for cfg in allowed:
         r = CONV.resources(wl, cfg)
         assert 32 <= r.threads <= lim.max_threads_per_block and r.shared_bytes <= lim.shared_per_block
-    too_big = {"BM": 128, "BN": 128, "BK": 32, "TM": 2, "TN": 2, "layout": "NCHW", "unroll": True}
+    too_big = {"BM": 128, "BN": 128, "BK": 32, "TM": 2, "TN": 2, "layout": "NCHW", "unroll": True, "prefetch": True}
     assert space.why_invalid(too_big) and "threads per block" in space.why_invalid(too_big)
     # a device with 8 KiB of shared memory per block: the deep/wide tiles go, the default stays
     tight = gpu.constraint(CONV, wl, gpu.Limits(shared_per_block=8 << 10))

@@ -13,7 +13,9 @@ each thread accumulates a TM x TN register tile. A thread's pixels and channels 
 by the block's thread grid (tm + i*BM/TM, tn + j*BN/TN): consecutive threads read
 consecutive shared words (no bank conflicts) and store consecutive pixels (coalesced NCHW
 stores). Weights are re-laid out once, at prepare time, into Wt[G, K, OCg] (channels
-contiguous: the B loads are coalesced).
+contiguous: the B loads are coalesced). `prefetch` loads the next K slice from global memory
+into registers while the current one is multiplied (register double buffering: the loads'
+latency hides behind the FMAs, one shared buffer still suffices).
 
 `layout`: NCHW gathers the input as it is (consecutive threads take consecutive pixels:
 consecutive addresses for stride-1 rows); NHWC first transposes the input per call into a
@@ -141,7 +143,7 @@ class CudaConv2dTemplate(Template):
         else:
             knobs = [Knob("BM", (16, 32, 64, 128)), Knob("BN", (16, 32, 64, 128)), Knob("BK", (8, 16, 32)),
                      Knob("TM", (2, 4, 8)), Knob("TN", (2, 4, 8)), Knob("layout", ("NCHW", "NHWC")),
-                     Knob("unroll", (True, False))]
+                     Knob("unroll", (True, False)), Knob("prefetch", (True, False))]
         device = gpu.constraint(self, wl)
 
         def why(values: dict) -> str | None:
@@ -160,7 +162,7 @@ class CudaConv2dTemplate(Template):
         ocg = p["OCg"]
         bm, bn, tn = (64, 64, 4) if ocg >= 64 else (128, 32, 4) if ocg > 16 else (128, 16, 2)
         return self.space(wl).validate({"BM": bm, "BN": bn, "BK": 16, "TM": 4, "TN": tn, "layout": "NCHW",
-                                        "unroll": True})
+                                        "unroll": True, "prefetch": True})
 
     @staticmethod
     def _threads(cfg) -> int:
@@ -182,6 +184,8 @@ class CudaConv2dTemplate(Template):
         shared = 4 * bk * (_row(bm, cfg["layout"]) + bn)
         slots_a, slots_b = -(-bm * bk // threads), -(-bn * bk // threads)
         regs = tm * tn + tm + tn + 4 * slots_a + 2 * slots_b + 24
+        if cfg["prefetch"]:   # the next slice's values wait in registers
+            regs += slots_a + slots_b
         moved = 4 * p["G"] * (gn * p["M"] * p["K"] + gm * p["K"] * p["OCg"]) + out_bytes
         if cfg["layout"] == "NHWC":
             moved += 8 * p["N"] * p["C"] * p["H"] * p["W"]
@@ -249,13 +253,13 @@ def _row(bm: int, layout: str) -> int:
     return bm + 1 if layout == "NHWC" else bm
 
 
-def _tap(layout: str, s: int, khw: int, kw: int) -> tuple:
-    """(c, kh, kw) of gather slot s at the current K slice, and `kok`: inside K. NCHW orders K
-    as (c, kh, kw) and decodes k = k0 + akk by constant divisors; NHWC orders it (kh, kw, c)
+def _tap(layout: str, s: int, base: str, khw: int, kw: int) -> tuple:
+    """(c, kh, kw) of gather slot s in the K slice starting at `base`, and `kok`: inside K.
+    NCHW orders K as (c, kh, kw) and decodes k = base + akk by constant divisors; NHWC orders it (kh, kw, c)
     and keeps (ar, ac) = divmod(k, Cg) per slot, advanced by `_advance` (no run-time division
     per element and slice)."""
     if layout == "NCHW":
-        head = (Assign("k", f"k0 + akk{s}"), Assign("kok", "k < K"), Assign("c", f"k // {khw}"),
+        head = (Assign("k", f"{base} + akk{s}"), Assign("kok", "k < K"), Assign("c", f"k // {khw}"),
                 Assign("r", f"k - c * {khw}"))
     else:
         head = (Assign("kok", f"ar{s} < {khw}"), Assign("c", f"ac{s}"), Assign("r", f"ar{s}"))
@@ -350,35 +354,43 @@ def _gemm(p: dict, epi: Epilogue, cfg: Config) -> Function:
             setup += [Assign(f"bkk{s}", f"bkk{s} if e < {bn * bk} else 0")]
 
     read = "X[an{s}, g * Cg + c, ih, iw]" if layout == "NCHW" else "X[an{s}, ih * W + iw, g * Cg + c]"
-    stage = []
-    for s in range(slots_a):
-        guarded = (s + 1) * threads > bm * bk
-        put = Assign(f"As[akk{s}, amm{s}]", "v")
-        stage += [*_tap(layout, s, khw, KW),
-                  Assign("ih", f"aih{s} + kh * {p['DH']}"), Assign("iw", f"aiw{s} + kw * {p['DW']}"),
-                  Assign("v", F0),
-                  If(f"aok{s} and kok and ih >= 0 and ih < H and iw >= 0 and iw < W",
-                     (Assign("v", read.format(s=s)),)),
-                  If(f"tid + {s * threads} < {bm * bk}", (put,)) if guarded else put]
-        if layout == "NHWC":
-            stage += _advance(s, bk)
-    for s in range(slots_b):
-        guarded = (s + 1) * threads > bn * bk
-        put = Assign(f"Bs[bkk{s}, bnn{s}]", "v")
-        stage += [Assign("k", f"k0 + bkk{s}"), Assign("v", F0),
-                  If(f"bok{s} and k < K", (Assign("v", f"Wt[g, k, n0 + bnn{s}]"),)),
-                  If(f"tid + {s * threads} < {bn * bk}", (put,)) if guarded else put]
+
+    def gather(base: str) -> list:
+        """The K slice at `base` of this thread's slots into registers pa{s} (input), pb{s} (weights)."""
+        out = []
+        for s in range(slots_a):
+            out += [*_tap(layout, s, base, khw, KW),
+                    Assign("ih", f"aih{s} + kh * {p['DH']}"), Assign("iw", f"aiw{s} + kw * {p['DW']}"),
+                    Assign(f"pa{s}", F0),
+                    If(f"aok{s} and kok and ih >= 0 and ih < H and iw >= 0 and iw < W",
+                       (Assign(f"pa{s}", read.format(s=s)),))]
+            if layout == "NHWC":
+                out += _advance(s, bk)
+        for s in range(slots_b):
+            out += [Assign("k", f"{base} + bkk{s}"), Assign(f"pb{s}", F0),
+                    If(f"bok{s} and k < K", (Assign(f"pb{s}", f"Wt[g, k, n0 + bnn{s}]"),))]
+        return out
+
+    puts = []   # registers -> shared tiles (slots past a tile's end store nothing)
+    for tile, reg, slots, size, idx in (("As", "pa", slots_a, bm * bk, "akk{s}, amm{s}"),
+                                        ("Bs", "pb", slots_b, bn * bk, "bkk{s}, bnn{s}")):
+        for s in range(slots):
+            put = Assign(f"{tile}[{idx.format(s=s)}]", f"{reg}{s}")
+            puts.append(If(f"tid + {s * threads} < {size}", (put,)) if (s + 1) * threads > size else put)
 
     acc = [[f"c{i}_{j}" for j in range(tn)] for i in range(tm)]
     fma = tuple(Assign(f"a{i}", f"As[kk, tm + {i * tms}]") for i in range(tm)) + \
         tuple(Assign(f"b{j}", f"Bs[kk, tn + {j * tns}]") for j in range(tn)) + \
         tuple(Assign(acc[i][j], f"a{i} * b{j}", "+") for i in range(tm) for j in range(tn))
-    k_loop = For("k0", "0", "K", step=str(bk), body=(
-        *stage,
-        Stmt("cuda.syncthreads()"),
-        For("kk", "0", str(bk), fma, UNROLLED if cfg["unroll"] else "serial"),
-        Stmt("cuda.syncthreads()"),
-    ))
+    compute = For("kk", "0", str(bk), fma, UNROLLED if cfg["unroll"] else "serial")
+    if cfg["prefetch"]:   # the next slice's global loads are in flight while this one is multiplied
+        prologue = gather("0")
+        k_body = (*puts, Stmt("cuda.syncthreads()"), If(f"k0 + {bk} < K", tuple(gather(f"k0 + {bk}"))),
+                  compute, Stmt("cuda.syncthreads()"))
+    else:
+        prologue = []
+        k_body = (*gather("k0"), *puts, Stmt("cuda.syncthreads()"), compute, Stmt("cuda.syncthreads()"))
+    k_loop = For("k0", "0", "K", step=str(bk), body=k_body)
     store = []
     for i in range(tm):
         cols = []
@@ -400,6 +412,7 @@ def _gemm(p: dict, epi: Epilogue, cfg: Config) -> Function:
         Comment("gather slots (fixed over the K loop)"),
         *setup,
         *(Assign(a, F0) for row in acc for a in row),
+        *prologue,
         Comment(f"K loop: stage a {bk}-deep slice of the input ({layout}) and of the weights, then "
                 f"a {tm}x{tn} register tile per thread"),
         k_loop,

@@ -59,6 +59,17 @@ def test_implicit_gemm_configs_match_numpy(case, layout, prefetch):
         check(CONV, wl, cfg)
 
 
+def test_blocks_with_more_threads_than_a_tile_has_elements():
+    """256 threads, a 16x8 input tile (A) or a 8x16 weight tile (B): the threads past the tile's
+    end load and store nothing."""
+    wl = conv_wl(1, 3, 5, 5, 5, k=3, s=1, p=1, epi=("relu",))
+    space = CONV.space(wl)
+    for tiles in (dict(BM=16, BN=64, TM=2, TN=2), dict(BM=128, BN=16, TM=4, TN=2)):
+        cfg = space.validate({**tiles, "BK": 8, "layout": "NCHW", "unroll": False, "prefetch": True})
+        assert CONV.resources(wl, cfg).threads == 256
+        check(CONV, wl, cfg)
+
+
 def test_default_config_matches_numpy_and_fits_every_shape():
     wl = conv_wl(1, 3, 6, 5, 6, k=3, s=2, p=1, epi=("relu",))
     cfg = CONV.default_config(wl)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
 
 pytest.importorskip("numba.cuda")

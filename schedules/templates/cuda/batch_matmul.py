@@ -11,6 +11,8 @@ nothing is broadcast on the host.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from ir.workload import Workload
@@ -39,6 +41,14 @@ class StridedExtra(Extra):
         return f"{p}[{p}_off[bt] + gi * {p}_sm + {j} * {p}_sn]"
 
 
+@lru_cache(maxsize=256)
+def _sizes(wl: Workload) -> tuple[int, int, int, int, int]:
+    """(batches, M, N, K, bytes of the epilogue's inputs): asked once per config when a space is pruned."""
+    a_shape, b_shape = (tuple(int(d) for d in wl.inputs[i]["shape"]) for i in (0, 1))
+    extra_bytes = sum(4 * _prod(wl.inputs[e.input_index]["shape"]) for e in _epilogue(wl).extras)
+    return _prod(wl.output_shape[:-2]), a_shape[-2], b_shape[-1], a_shape[-1], extra_bytes
+
+
 class CudaBatchMatmulTemplate(Template):
     name = "cuda_batch_matmul"
     version = 1
@@ -54,16 +64,13 @@ class CudaBatchMatmulTemplate(Template):
         return a_shape, b_shape, out_shape
 
     def _dims(self, wl: Workload) -> tuple[int, int, int, int]:
-        a_shape, b_shape, out_shape = self._shapes(wl)
-        return _prod(out_shape[:-2]), a_shape[-2], b_shape[-1], a_shape[-1]
+        return _sizes(wl)[:4]
 
     def space(self, wl: Workload) -> ConfigSpace:
         return ConfigSpace(gemm_knobs(), constraint=gemm_constraint(self, wl))
 
     def resources(self, wl: Workload, cfg) -> gpu.Resources:
-        nb, M, N, K = self._dims(wl)
-        extra_bytes = sum(4 * _prod(wl.inputs[e.input_index]["shape"]) for e in _epilogue(wl).extras)
-        return gemm_resources(Tiling.of(cfg), nb, M, N, K, extra_bytes)
+        return gemm_resources(Tiling.of(cfg), *_sizes(wl))
 
     def default_config(self, wl: Workload) -> Config:
         nb, M, N, _ = self._dims(wl)

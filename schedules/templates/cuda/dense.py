@@ -13,8 +13,10 @@ of the tile (interleaved, not blocked), so the reads of Bs are conflict-free and
 store instruction of C writes consecutive columns across a warp.
 
 Knobs (all change the code: tile sizes are shared-array shapes): BM, BN (block tile),
-BK, TM, TN (thread tile), `vec` (consecutive elements each thread loads per cooperative
-load: 1 is one element per thread per instruction), `unroll` of the slice's k loop, and
+BK, TM, TN (thread tile), `vec` (consecutive elements of a row each thread loads per
+cooperative load; numba-cuda emits scalar loads either way -- NVVM cannot prove the
+alignment a 64/128-bit load needs -- so vec > 1 trades a warp's one contiguous
+128-byte run per instruction for fewer index computations), `unroll` of the slice's k loop, and
 `double` (double-buffered shared memory: the next slice is fetched into registers while
 the current one is multiplied, one `syncthreads` per slice). M, N, K are run-time
 arguments: every shape of a signature (a dynamic batch) shares one compile. Edges are
@@ -26,6 +28,7 @@ The kernel builder `gemm_kernel` is shared with the batched template (cuda/batch
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ir.workload import Workload
 from schedules import gpu
@@ -292,6 +295,15 @@ def tiling_doc(t: Tiling) -> str:
             f"unroll={t.unroll}, {'double' if t.double else 'single'}-buffered shared memory")
 
 
+@lru_cache(maxsize=256)
+def _sizes(wl: Workload) -> tuple[int, int, int, int]:
+    """(M, N, K, bytes of the epilogue's inputs): asked once per config when a space is pruned."""
+    a, b = _problem(wl)
+    extras = parse_epilogue(wl, 2, wl.output_shape).extras
+    return (_prod(a["shape"][:-1]), int(b["shape"][1]), int(b["shape"][0]),
+            sum(4 * _prod(wl.inputs[e.input_index]["shape"]) for e in extras))
+
+
 class CudaDenseTemplate(Template):
     name = "cuda_dense"
     version = 1
@@ -301,16 +313,13 @@ class CudaDenseTemplate(Template):
         return DenseTemplate.matches(self, wl)   # exactly the CPU dense's workloads
 
     def _mnk(self, wl: Workload) -> tuple[int, int, int]:
-        a, b = _problem(wl)
-        return _prod(a["shape"][:-1]), int(b["shape"][1]), int(b["shape"][0])
+        return _sizes(wl)[:3]
 
     def space(self, wl: Workload) -> ConfigSpace:
         return ConfigSpace(gemm_knobs(), constraint=gemm_constraint(self, wl))
 
     def resources(self, wl: Workload, cfg) -> gpu.Resources:
-        M, N, K = self._mnk(wl)
-        extras = parse_epilogue(wl, 2, wl.output_shape).extras
-        extra_bytes = sum(4 * _prod(wl.inputs[e.input_index]["shape"]) for e in extras)
+        M, N, K, extra_bytes = _sizes(wl)
         return gemm_resources(Tiling.of(cfg), 1, M, N, K, extra_bytes)
 
     def default_config(self, wl: Workload) -> Config:

@@ -141,7 +141,7 @@ def tune_and_report(name: str, model, flops: int, reference, args, settings, lin
     cells = {"default": main.default if main else None, "best": main.best if main else None}
     gf = {k: (flops / v / 1e9 if v else None) for k, v in cells.items()}
     ratio = (vend_s / cells["best"]) if (vend_s and cells["best"]) else None
-    fmt = lambda v, f="{:.1f}": "-" if v is None else f.format(v)  # noqa: E731
+    fmt = lambda v, f="{:.4g}": "-" if v is None else f.format(v)  # noqa: E731
     lines.append(f"| {name} | {len(reports)} | {sum(r.trials for r in reports)} | {tune_s:.0f} | "
                  f"{fmt(gf['default'])} | {fmt(gf['best'])} | "
                  f"{fmt(vend_s and flops / vend_s / 1e9)} ({vend_name}) | {fmt(ratio, '{:.2f}')}x | "
@@ -199,6 +199,7 @@ def main(argv=None) -> int:
     ap.add_argument("--resnet-trials", type=int, default=400)
     ap.add_argument("--resnet-budget", type=float, default=150.0)
     ap.add_argument("--tiny", action="store_true", help="tiny sizes, for numba-cuda's simulator")
+    ap.add_argument("--problems", default="dense,conv", help="which of dense,conv to run (default both)")
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     args = ap.parse_args(argv)
     from codegen import get_backend
@@ -206,9 +207,10 @@ def main(argv=None) -> int:
     from ir.settings import Settings
     settings = Settings.from_env().with_(backend="cuda")
     target = get_backend("cuda", settings).target()   # no GPU and no simulator: one clear line
-    n, c, hw = (24, 4, 6) if args.tiny else (2048, 64, 56)
+    n, c, hw = (12, 3, 4) if args.tiny else (2048, 64, 56)
     if args.tiny:
-        args.trials, args.time_budget, args.runs, args.min_repeat_ms = min(args.trials, 4), min(args.time_budget, 60), 2, 1.0
+        args.trials, args.time_budget = min(args.trials, 4), min(args.time_budget, 60)
+        args.runs, args.min_repeat_ms = min(args.runs, 2), 1.0
     t_start = time.perf_counter()
     device = (f"{target.name}, compute capability {target.cc}, {target.sm_count or '?'} SMs, "
               f"numba-cuda {target.numba_cuda}" + (" (simulator)" if simulator() else ""))
@@ -218,17 +220,20 @@ def main(argv=None) -> int:
              "| problem | tasks | trials | tune s | default GFLOP/s | best GFLOP/s | vendor GFLOP/s | best / vendor "
              "| deployed ms | max rel err | coverage |",
              "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
-    model, flops = dense_model(n)
-    w = np.asarray(__import__("onnx").numpy_helper.to_array(model.graph.initializer[0]))
-    vendor = (None, "simulator") if simulator() else vendor_dense(n, args.runs)
-    tune_and_report(f"dense {n}^3", model, flops, lambda f: f["x"] @ w, args, settings, lines, vendor)
-    model, flops = conv_model(c, hw)
-    from ir import import_onnx
-    from ir.reference import run_reference
-    g = import_onnx(model)
-    vendor = (None, "simulator") if simulator() else vendor_conv(c, hw, args.runs)
-    tune_and_report(f"conv3x3 {c}ch {hw}x{hw}", model, flops, lambda f: run_reference(g, f)[g.outputs[0]],
-                    args, settings, lines, vendor)
+    problems = {p.strip() for p in args.problems.split(",")}
+    if "dense" in problems:
+        model, flops = dense_model(n)
+        w = np.asarray(__import__("onnx").numpy_helper.to_array(model.graph.initializer[0]))
+        vendor = (None, "simulator") if simulator() else vendor_dense(n, args.runs)
+        tune_and_report(f"dense {n}^3", model, flops, lambda f: f["x"] @ w, args, settings, lines, vendor)
+    if "conv" in problems:
+        model, flops = conv_model(c, hw)
+        from ir import import_onnx
+        from ir.reference import run_reference
+        g = import_onnx(model)
+        vendor = (None, "simulator") if simulator() else vendor_conv(c, hw, args.runs)
+        tune_and_report(f"conv3x3 {c}ch {hw}x{hw}", model, flops, lambda f: run_reference(g, f)[g.outputs[0]],
+                        args, settings, lines, vendor)
     if args.resnet and not args.tiny:
         resnet_e2e(args, settings, lines)
     lines.append(f"\nTotal {time.perf_counter() - t_start:.0f} s.")

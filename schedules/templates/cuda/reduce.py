@@ -12,14 +12,16 @@ combines its warps' results in shared memory (one slot per warp, then warp 0, wi
 `cuda.syncthreads()` between the phases; the result goes to its own slot, so a second
 reduction needs no extra barrier). Softmax = max pass, sum-of-exp pass, write pass;
 LayerNormalization = mean pass, variance pass (two passes: no cancellation), normalize
-with scale and bias. The prologue is recomputed in each pass (its inputs are re-read from
-L1/L2). Inputs broadcast against the reduced value are indexed, never materialized.
+with scale and bias. Each thread keeps the values of its first `cache` columns in
+registers (computed once, in the first pass); columns beyond them are recomputed from the
+inputs in each pass (re-read from L1/L2). Inputs broadcast against the reduced value are
+indexed, never materialized.
 
 inner > 1 (a middle axis): one thread per output element, looping over L (consecutive
 threads read consecutive addresses).
 
-Knobs: `mode` (code: block or warp reduction), `threads` (run-time: threads per block,
-multiples of 32) and `rows_per_block` (run-time: rows one block (or warp) handles, i.e.
+Knobs: `mode` (code: block or warp reduction), `cache` (code: columns per thread kept in
+registers, 0/4/8), `threads` (run-time: threads per block, multiples of 32) and `rows_per_block` (run-time: rows one block (or warp) handles, i.e.
 the grid's size; inner > 1: outputs per thread).
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ from ir.ops import OPS
 from ir.workload import Workload
 from schedules import gpu
 from schedules.launch import Call, In, Launch, Out, Scalar, Table
-from schedules.loopnest import Alloc, Assign, Call as Stmt, For, Function, If, LoopModule, Param
+from schedules.loopnest import UNROLLED, Alloc, Assign, Call as Stmt, For, Function, If, LoopModule, Param
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
@@ -112,6 +114,7 @@ class CudaReduceTemplate(Template):
     def space(self, wl: Workload) -> ConfigSpace:
         return ConfigSpace([
             Knob("mode", ("block", "warp")),
+            Knob("cache", (0, 4, 8)),
             Knob("threads", (32, 64, 128, 256, 512, 1024), code_shape=False),
             Knob("rows_per_block", (1, 2, 4, 8), code_shape=False),
         ], constraint=gpu.constraint(self, wl))
@@ -120,7 +123,8 @@ class CudaReduceTemplate(Template):
         _, rows, L, inner = _anchor(wl)
         # short rows: a warp each (no barriers); long rows: a block each
         mode = "warp" if inner == 1 and L <= 512 else "block"
-        return self.space(wl).validate({"mode": mode, "threads": 128 if mode == "warp" else 256, "rows_per_block": 1})
+        return self.space(wl).validate({"mode": mode, "cache": 4, "threads": 128 if mode == "warp" else 256,
+                                         "rows_per_block": 1})
 
     def resources(self, wl: Workload, cfg: Config) -> gpu.Resources:
         k, rows, L, inner = _anchor(wl)
@@ -131,7 +135,7 @@ class CudaReduceTemplate(Template):
         reads = sum(math.prod(i["shape"]) for i in wl.inputs) * 4
         moved = passes * reads + math.prod(wl.output_shape) * 4
         flops = passes * size * (len(wl.ops) + 1)
-        regs = 24 + 2 * len(wl.ops)
+        regs = 24 + 2 * len(wl.ops) + cfg["cache"]
         if inner > 1:
             return gpu.Resources(threads, gpu.blocks_for(rows * inner, threads * rpb), 0, regs, moved, flops)
         if cfg["mode"] == "warp":
@@ -167,7 +171,7 @@ class CudaReduceTemplate(Template):
                         tables[name] = np.full(L, default, np.float32)
                         affine.append((name, "c"))
                         xs += (Table(name),)
-            fns = _rows(wl, k, refs, xshape, L, kind, cfg["mode"], affine)
+            fns = _rows(wl, k, refs, xshape, L, kind, cfg["mode"], cfg["cache"], affine)
             eps = float(op["attrs"].get("epsilon", 1e-5))
             args = xs + (out, Scalar(rows), Scalar(L), Scalar(eps, "float32"))
         module = LoopModule(fns, doc=f"cuda reduce kernel: {'+'.join(o['op'] for o in wl.ops)} "
@@ -177,7 +181,7 @@ class CudaReduceTemplate(Template):
         return Lowered(module, Launch((step,), tables=tables))
 
 
-def _rows(wl, k, refs, xshape, L: int, kind: str, mode: str, affine) -> tuple:
+def _rows(wl, k, refs, xshape, L: int, kind: str, mode: str, cache: int, affine) -> tuple:
     """The kernel (and its device functions) reducing each row of [rows, L] in passes."""
     loads, per_row = {}, []
     for slot, r in enumerate(refs):
@@ -211,12 +215,26 @@ def _rows(wl, k, refs, xshape, L: int, kind: str, mode: str, affine) -> tuple:
         used.append(red)
         return f"warp_{red}({acc})" if mode == "warp" else f"block_{red}({acc}, sh)"
 
+    passes = [0]
+
+    def columns(then: tuple) -> tuple:
+        """`then` for each column c of this thread, with v its value: the first `cache` columns
+        from registers (the first pass computes and keeps them), the rest recomputed."""
+        first = passes[0] == 0
+        passes[0] += 1
+        if not cache:
+            return (For("c", lane, "L", value() + then, step=step),)
+        kept = value() + (Assign("buf[cq]", "v"),) if first else (Assign("v", "buf[cq]"),)
+        return (For("cq", "0", str(cache), kind=UNROLLED, body=(
+                    Assign("c", f"{lane} + cq * {step}"), If("c < L", kept + then))),
+                For("c", f"{lane} + {cache} * {step}", "L", value() + then, step=step))
+
     def sweep(init: str, update: tuple, red: str, result: str) -> tuple:
         """One pass over the row: each thread's partial s, then the combined `result`."""
-        return (Assign("s", init), For("c", lane, "L", value() + update, step=step), Assign(result, combine(red, "s")))
+        return (Assign("s", init), *columns(update), Assign(result, combine(red, "s")))
 
     def write(expr: str) -> tuple:
-        return (For("c", lane, "L", value() + (Assign("out[base + c]", expr),), step=step),)
+        return columns((Assign("out[base + c]", expr),))
 
     body = []
     if kind in ("Softmax", "LogSoftmax", "max"):
@@ -254,7 +272,8 @@ def _rows(wl, k, refs, xshape, L: int, kind: str, mode: str, affine) -> tuple:
     params += (Param("out", "float32[::1]"), Param("rows", "int64"), Param("L", "int64"), Param("eps", "float32"))
     kernel = Function("reduce", params, (
         Assign("tx", "cuda.threadIdx.x"), Assign("bs", "cuda.blockDim.x"),
-        Assign("lane", "tx % 32"), Assign("warp", "tx // 32"), *loop))
+        Assign("lane", "tx % 32"), Assign("warp", "tx // 32"),
+        *((Alloc("buf", (str(cache),), "float32"),) if cache else ()), *loop))
     reds = sorted(set(used))
     helpers = tuple(_warp_function(r) for r in reds)
     if mode == "block":

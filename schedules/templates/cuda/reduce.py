@@ -22,7 +22,7 @@ threads read consecutive addresses).
 
 Knobs: `mode` (code: block or warp reduction), `cache` (code: columns per thread kept in
 registers, 0/4/8), `threads` (run-time: threads per block, multiples of 32) and `rows_per_block` (run-time: rows one block (or warp) handles, i.e.
-the grid's size; inner > 1: outputs per thread).
+the grid's size; inner > 1: outputs per thread, and `mode`/`cache` do not apply).
 """
 from __future__ import annotations
 
@@ -132,6 +132,9 @@ class CudaReduceTemplate(Template):
         size = rows * L * inner
         op = wl.ops[k]["op"]
         passes = 3 if op in ("Softmax", "LogSoftmax", "LayerNormalization") else 1
+        per_row = 32 if cfg["mode"] == "warp" else threads
+        if inner == 1 and L <= cfg["cache"] * per_row:   # the row stays in registers: read once
+            passes = 1
         reads = sum(math.prod(i["shape"]) for i in wl.inputs) * 4
         moved = passes * reads + math.prod(wl.output_shape) * 4
         flops = passes * size * (len(wl.ops) + 1)

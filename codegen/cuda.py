@@ -182,6 +182,9 @@ class CudaBackend(Backend):
         if artifact.backend != self.name:
             raise BackendError(f"an artifact of backend '{artifact.backend}' cannot run on '{self.name}'")
         _build.install_artifact(artifact, self.settings)
+        if simulator():   # the simulator lacks warp shuffles: `codegen.cuda_sim` gives them
+            from codegen import cuda_sim
+            cuda_sim.install()
         return _build.load_source(artifact.source, artifact.key, list(artifact.functions), self.settings).functions
 
     # -- running -------------------------------------------------------------------

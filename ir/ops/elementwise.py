@@ -153,14 +153,19 @@ def _pow2(bind, k: str) -> str:
             f"{_I}(({k} - {h} + {_I}(127)) << {_I}(23)).view(np.float32)")
 
 
-def exp_build(bind, x: str, hi: float = 89.0) -> str:
+def exp_build(bind, x: str, lo: float = -104.0, hi: float | None = 89.0) -> str:
     """e^x = 2^n e^r, n = round(x / ln 2), r = x - n ln 2 (ln 2 in two parts); x is clamped to
-    [-104, hi] (e^-104 is 0 in float32, e^89 inf)."""
-    c = bind(f"min(max({x}, {f32(-104)}), {f32(hi)})")
+    [lo, hi] (e^-104 is 0 in float32, e^89 inf). hi=None: the caller knows x <= 0 (softmax);
+    within [-87.3, 88.3] 2^n is one normal number (fewer instructions per element)."""
+    c = f"max({x}, {f32(lo)})"
+    c = bind(c if hi is None else f"min({c}, {f32(hi)})")
     n = bind(f"np.floor({c} * {f32(LOG2E)} + {f32(0.5)})")
     r = bind(f"{c} - {n} * {f32(LN2_HI)} - {n} * {f32(LN2_LO)}")
     p = f"({_horner(_EXP_P, r)} * {r} * {r} + {r} + {f32(1)})"
-    return f"{p} * {_pow2(bind, bind(f'{_I}({n})'))}"
+    k = bind(f"{_I}({n})")
+    if lo >= -87.3 and (hi is None or hi <= 88.3):
+        return f"{p} * {_I}(({k} + {_I}(127)) << {_I}(23)).view(np.float32)"
+    return f"{p} * {_pow2(bind, k)}"
 
 
 def tanh_build(bind, x: str) -> str:

@@ -131,6 +131,7 @@ _ERF_P = (-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04, -
 _ERF_Q = (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03, -2.13374055278905e-04,
           -1.45660718464996e-05)
 _I, _INF = "np.int32", "np.float32(np.inf)"
+_ROUND, _ROUND_BITS = 12582912.0, 0x4B400000   # 1.5 * 2^23 and its float32 bits
 
 
 def _inline(expr: str) -> str:
@@ -155,17 +156,19 @@ def _pow2(bind, k: str) -> str:
 
 def exp_build(bind, x: str, lo: float = -104.0, hi: float | None = 89.0) -> str:
     """e^x = 2^n e^r, n = round(x / ln 2), r = x - n ln 2 (ln 2 in two parts); x is clamped to
-    [lo, hi] (e^-104 is 0 in float32, e^89 inf). hi=None: the caller knows x <= 0 (softmax);
-    within [-87.3, 88.3] 2^n is one normal number (fewer instructions per element)."""
+    [lo, hi] (e^-104 is 0 in float32, e^89 inf). hi=None: the caller knows x <= 0 (softmax).
+    n is rounded by adding 1.5 * 2^23 (its low mantissa bits then hold n: no round/convert
+    instructions); this needs fastmath without `reassoc`, which would fold (t + M) - M to t.
+    Within [-87.3, 88.3] 2^n is one normal number (fewer instructions per element)."""
     c = f"max({x}, {f32(lo)})"
-    c = bind(c if hi is None else f"min({c}, {f32(hi)})")
-    n = bind(f"np.floor({c} * {f32(LOG2E)} + {f32(0.5)})")
+    c = bind(f"np.float32({c if hi is None else f'min({c}, {f32(hi)})'})")   # float32 math, whatever x is
+    t = bind(f"{c} * {f32(LOG2E)} + {f32(_ROUND)}")
+    n = bind(f"{t} - {f32(_ROUND)}")
     r = bind(f"{c} - {n} * {f32(LN2_HI)} - {n} * {f32(LN2_LO)}")
     p = f"({_horner(_EXP_P, r)} * {r} * {r} + {r} + {f32(1)})"
-    k = bind(f"{_I}({n})")
     if lo >= -87.3 and (hi is None or hi <= 88.3):
-        return f"{p} * {_I}(({k} + {_I}(127)) << {_I}(23)).view(np.float32)"
-    return f"{p} * {_pow2(bind, k)}"
+        return f"{p} * {_I}((np.float32({t}).view(np.int32) + {_I}({127 - _ROUND_BITS})) << {_I}(23)).view(np.float32)"
+    return f"{p} * {_pow2(bind, bind(f'np.float32({t}).view(np.int32) - {_I}({_ROUND_BITS})'))}"
 
 
 def tanh_build(bind, x: str) -> str:
@@ -178,13 +181,15 @@ def sigmoid_build(bind, x: str) -> str:
     """1 / (1 + e^-x): relatively accurate on both tails (no 1 - tiny cancellation). e^-x stays
     finite (x >= -88): LLVM may divide by a reciprocal estimate refined by Newton's step, which
     turns 1 / inf into nan."""
-    return f"{f32(1)} / ({f32(1)} + {exp_build(bind, f'-{x}', hi=88.0)})"
+    return f"{f32(1)} / ({f32(1)} + {exp_build(bind, f'-{x}', lo=-87.3, hi=88.0)})"
 
 
 def log_build(bind, x: str) -> str:
     """ln x = e ln 2 + ln m for x = m 2^e, m in [sqrt(1/2), sqrt(2)) read from the bits;
-    subnormals are scaled by 2^23 first; ln 0 = -inf, ln(x < 0) = nan, ln inf = inf."""
-    tiny = bind(f"{x} < {f32(1.1754943508222875e-38)}")
+    subnormals are scaled by 2^23 first; ln 0 = -inf, ln(x < 0) = nan, ln inf = inf. The cases
+    are told apart on the bits: under fastmath `ninf`, LLVM folds float compares with inf."""
+    bx = bind(f"np.float32({x}).view(np.int32)")
+    tiny = bind(f"{bx} < {_I}(0x00800000)")
     xs = bind(f"{x} * {f32(2.0 ** 23)} if {tiny} else {x}")
     bits = bind(f"np.float32({xs}).view(np.int32)")
     m0 = bind(f"{_I}(({bits} & {_I}(0x007FFFFF)) | {_I}(0x3F800000)).view(np.float32)")
@@ -195,8 +200,9 @@ def log_build(bind, x: str) -> str:
     z = bind(f"{f} * {f}")
     y = bind(f"{f} + ({f} * {z} * {_horner(_LOG_P, f)} + {e} * {f32(LN2_LO)} - {f32(0.5)} * {z})"
              f" + {e} * {f32(LN2_HI)}")
-    return (f"{y} if {x} > {f32(0)} and {x} < {_INF} else "
-            f"({x} if {x} > {f32(0)} else (-{_INF} if {x} == {f32(0)} else np.float32(np.nan)))")
+    y = bind(f"{y} if ({bx} > {_I}(0)) & ({bx} < {_I}(0x7F800000)) else np.float32(np.nan)")
+    y = bind(f"{_INF} if {bx} == {_I}(0x7F800000) else {y}")
+    return f"-{_INF} if ({bx} & {_I}(0x7FFFFFFF)) == {_I}(0) else {y}"
 
 
 def erf_build(bind, x: str) -> str:
@@ -215,10 +221,6 @@ def tanh_expr(x: str) -> str:
 
 def sigmoid_expr(x: str) -> str:
     return _inline(sigmoid_build(_inline, x))
-
-
-def log_expr(x: str) -> str:
-    return _inline(log_build(_inline, x))
 
 
 def erf_expr(x: str) -> str:
@@ -245,12 +247,19 @@ VECTOR_MATH = {
 }
 
 
+# the same ops through libm, for float64 (the polynomials are float32-accurate)
+LIBM = {"Exp": "math.exp({})", "Log": "math.log({})", "Tanh": "math.tanh({})", "Erf": "math.erf({})",
+        "Sigmoid": "(1.0 / (1.0 + math.exp(-{})))"}
+
+
 def _vector_expr(op):
     return lambda n, a: _inline(VECTOR_MATH[op](n, _inline, a))
 
 
 _unary("Exp", lambda n, x: np.exp(x), _vector_expr("Exp"), 8)
-_unary("Log", lambda n, x: np.log(x), _vector_expr("Log"), 8)
+# Log's inline form would repeat its intermediates into ~10 kB of code (numba compiled it in
+# 20-36 s): one expression calls libm; templates that bind statements get the polynomial
+_unary("Log", lambda n, x: np.log(x), lambda n, a: f"math.log({a[0]})", 8)
 _unary("Tanh", lambda n, x: np.tanh(x), _vector_expr("Tanh"), 8)
 _unary("Erf", lambda n, x: _erf(x), _vector_expr("Erf"), 8)
 _unary("Sigmoid", lambda n, x: 1 / (1 + np.exp(-x)), _vector_expr("Sigmoid"), 8)
@@ -509,6 +518,8 @@ def typed_expr(node, args: list, in_dtypes: list, out_dtype: str) -> str:
     e = fn(node, args, in_dtypes, out_dtype) if fn else None
     if e is not None:
         return e
+    if node.op in LIBM and not (out_dtype == "float32" and all(d == "float32" for d in in_dtypes)):
+        return f"np.{NUMBA_TYPES[out_dtype]}({LIBM[node.op].format(*args)})"   # float64: full precision
     e = OPS[node.op].expr(node, args)
     if out_dtype == "bool" or (out_dtype == "float32" and all(d == "float32" for d in in_dtypes)):
         return e

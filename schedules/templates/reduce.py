@@ -2,12 +2,16 @@
 Reduce{Sum,Mean,Max,Min} over contiguous axes, GlobalAverage/MaxPool.
 
 The input is viewed as [rows, L, inner] (L: the reduced extent). With inner == 1
-each row is reduced in passes over L with V partial accumulators (`lanes`: the
-fastmath flags exclude reassociation, so a single accumulator would never
-vectorize); the prologue (e.g. BERT's Add + Add before LayerNormalization) is
-computed once per element and kept in a row buffer (`cache=True`) or recomputed
-in each pass. With inner > 1 (middle axes) the output row is the accumulator and
-the inner loop runs contiguously. Rows per work item and threading are run-time.
+each row is reduced in passes over L: reductions in V partial accumulators (`lanes`:
+the fastmath flags exclude reassociation, so a single accumulator would never
+vectorize), elementwise passes as plain loops (Softmax's exp is a vectorizable
+polynomial written to the output, then summed and scaled). The prologue (e.g. BERT's
+Add + Add before LayerNormalization) is computed once per element and kept in a row
+buffer (`cache=True`; without a prologue the input row is read again instead) or
+recomputed in each pass. Indices are unsigned: numba's check for negative indices
+kept the row loops scalar. With inner > 1 (middle axes) the output row is the
+accumulator and the inner loop runs contiguously. Rows per work item and threading
+are run-time.
 """
 from __future__ import annotations
 

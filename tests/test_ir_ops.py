@@ -38,8 +38,8 @@ def _eval_expr(expr: str, args):
 def test_expr_matches_reference(op):
     rng = np.random.default_rng(0)
     arity = {"Where": 3, "Clip": 3}.get(op, 1 if OPS[op].kind == ELEMWISE else 2)
-    xs = [rng.uniform(0.1, 2.0, 7).astype(np.float32) * (1 if op in ("Log", "Sqrt", "Pow") else rng.choice([-1, 1], 7))
-          for _ in range(arity)]
+    xs = [(rng.uniform(0.1, 2.0, 7) * (1 if op in ("Log", "Sqrt", "Pow") else rng.choice([-1, 1], 7))).astype(np.float32)
+          for _ in range(arity)]   # float32, as generated code computes
     if op == "Where":
         xs[0] = xs[0] > 0
     if op == "Clip":

@@ -205,3 +205,15 @@ def test_torch_style_attention_mask_runs_on_compiled_kernels():
         np.testing.assert_allclose(m(**feeds), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     cov = m.coverage()
     assert cov.share("reference") == 0 and cov.share("view") == 0, str(cov)
+
+
+def test_transcendental_chain_is_polynomial_and_matches_numpy():
+    """Tanh, Exp, Sigmoid and Log in one chain: vectorizable polynomials (no libm call per
+    element, which kept LLVM from vectorizing), each op's value a temporary; values as NumPy's."""
+    from codegen.source import render
+    wl = make_wl([("Tanh", ["i0"], {}), ("Mul", ["t0", "i1"], {}), ("Exp", ["t1"], {}), ("Sigmoid", ["t2"], {}),
+                  ("Log", ["t3"], {})], [((5, 37), "float32", False), ((), "float32", True)])
+    cfg = EW.default_config(wl)
+    src = render(EW.lower(wl, cfg).module)
+    assert "math." not in src and "v4 = " in src
+    check(EW, wl, cfg)

@@ -68,3 +68,14 @@ def test_layernorm_over_a_size_one_axis():
     """Found by the property test in CI: normalizing over one element (h = 1)."""
     wl = layernorm(1, 1, 1)
     check(RED, wl, RED.default_config(wl))
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_row_exp_is_a_polynomial_with_unsigned_indices(op):
+    """No libm exp per element (one log per row for LogSoftmax) and no signed row indices: both
+    kept LLVM from vectorizing the row loops."""
+    from codegen.source import render
+    wl = softmax((3, 40), op)
+    src = render(RED.lower(wl, cfg(wl, 8, True)).module)
+    assert "math.exp" not in src and src.count("math.log") == (op == "LogSoftmax")
+    assert "x0[np.uint64(base + c" in src and "x0[base" not in src

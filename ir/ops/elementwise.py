@@ -104,35 +104,165 @@ register_value("Where", _value_ref(lambda n, xs: [np.where(xs[0].astype(bool), x
 _unary("Relu", lambda n, x: np.maximum(x, 0), lambda n, a: f"max({a[0]}, {f32(0)})")
 _unary("Neg", lambda n, x: -x, lambda n, a: f"(-{a[0]})")
 _unary("Abs", lambda n, x: np.abs(x), lambda n, a: f"abs({a[0]})")
-_unary("Exp", lambda n, x: np.exp(x), lambda n, a: f"math.exp({a[0]})", 8)
-_unary("Log", lambda n, x: np.log(x), lambda n, a: f"math.log({a[0]})", 8)
 _unary("Sqrt", lambda n, x: np.sqrt(x), lambda n, a: f"math.sqrt({a[0]})", 4)
 _unary("Reciprocal", lambda n, x: 1 / x, lambda n, a: f"({f32(1)} / {a[0]})", 4)
-_unary("Tanh", lambda n, x: np.tanh(x), lambda n, a: f"math.tanh({a[0]})", 8)
-# erf as a clamped odd/even rational polynomial in float32 (the coefficients Eigen and
-# XLA use; max abs error 4.2e-7 here): only mul/add/div, so LLVM vectorizes it, where
-# a `math.erf` call per element ran ~3x slower than the whole fused dense kernel.
+
+# -- vectorizable float32 math -----------------------------------------------------------------
+# `math.exp`/`tanh`/`log` are libm calls per element: LLVM cannot vectorize a loop around them
+# (measured: softmax rows at 2-4 % of copy bandwidth). These are polynomials in mul/add/div/
+# min/max, float32 <-> int32 conversions and int32 shifts viewed as float32 (2^n built in the
+# exponent bits): all of it vectorizes. Each is written once as `build(bind, x)`, where
+# `bind(expr)` names an intermediate value: `_inline` substitutes it (one expression, for any
+# caller), `op_assigns` binds it to a temporary (shorter code and faster compiles where a
+# template emits statements). An argument `x` may be repeated: pass names or plain loads.
+LOG2E, LN2_HI, LN2_LO = 1.4426950408889634, 0.693359375, -2.12194440e-4   # ln 2 = LN2_HI + LN2_LO
+_EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+          5.0000001201e-1)   # Cephes expf: e^r = 1 + r + r^2 p(r) on |r| <= ln(2)/2
+_LOG_P = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+          -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)   # Cephes logf
+# tanh as a clamped odd/even rational polynomial (Eigen's float tanh): +-1 beyond +-7.9053
+_TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
+           1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03)
+_TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
+# erf likewise (the coefficients Eigen and XLA use; max abs error 4.2e-7 here), where a
+# `math.erf` call per element ran ~3x slower than the whole fused dense kernel.
 _ERF_P = (-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04, -5.69250639462346e-05,
           -2.10102402082508e-06, 2.77068142495902e-08, -2.72614225801306e-10)
 _ERF_Q = (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03, -2.13374055278905e-04,
           -1.45660718464996e-05)
+_I, _INF = "np.int32", "np.float32(np.inf)"
+_ROUND, _ROUND_BITS = 12582912.0, 0x4B400000   # 1.5 * 2^23 and its float32 bits
+
+
+def _inline(expr: str) -> str:
+    return f"({expr})"
+
+
+def _horner(coefs, z: str) -> str:
+    """coefs[0] * z^(n-1) + ... + coefs[-1] (highest power first)."""
+    e = f32(coefs[0])
+    for k in coefs[1:]:
+        e = f"({e} * {z} + {f32(k)})"
+    return e
+
+
+def _pow2(bind, k: str) -> str:
+    """2^k for an int32 k in [-150, 128] as a product of two powers built in the exponent bits
+    (each half a normal number: e^x reaches the subnormals and overflows to inf as it should)."""
+    h = bind(f"{k} >> {_I}(1)")
+    return (f"{_I}(({h} + {_I}(127)) << {_I}(23)).view(np.float32) * "
+            f"{_I}(({k} - {h} + {_I}(127)) << {_I}(23)).view(np.float32)")
+
+
+def exp_build(bind, x: str, lo: float = -104.0, hi: float | None = 89.0) -> str:
+    """e^x = 2^n e^r, n = round(x / ln 2), r = x - n ln 2 (ln 2 in two parts); x is clamped to
+    [lo, hi] (e^-104 is 0 in float32, e^89 inf). hi=None: the caller knows x <= 0 (softmax).
+    n is rounded by adding 1.5 * 2^23 (its low mantissa bits then hold n: no round/convert
+    instructions); this needs fastmath without `reassoc`, which would fold (t + M) - M to t.
+    Within [-87.3, 88.3] 2^n is one normal number (fewer instructions per element)."""
+    c = f"max({x}, {f32(lo)})"
+    c = bind(f"np.float32({c if hi is None else f'min({c}, {f32(hi)})'})")   # float32 math, whatever x is
+    t = bind(f"{c} * {f32(LOG2E)} + {f32(_ROUND)}")
+    n = bind(f"{t} - {f32(_ROUND)}")
+    r = bind(f"{c} - {n} * {f32(LN2_HI)} - {n} * {f32(LN2_LO)}")
+    p = f"({_horner(_EXP_P, r)} * {r} * {r} + {r} + {f32(1)})"
+    if lo >= -87.3 and (hi is None or hi <= 88.3):
+        return f"{p} * {_I}((np.float32({t}).view(np.int32) + {_I}({127 - _ROUND_BITS})) << {_I}(23)).view(np.float32)"
+    return f"{p} * {_pow2(bind, bind(f'np.float32({t}).view(np.int32) - {_I}({_ROUND_BITS})'))}"
+
+
+def tanh_build(bind, x: str) -> str:
+    c = bind(f"min(max({x}, {f32(-7.90531110763549805)}), {f32(7.90531110763549805)})")
+    z = bind(f"{c} * {c}")
+    return f"{c} * ({_horner(_TANH_P, z)} / {_horner(_TANH_Q, z)})"   # c * p first: subnormal for tiny c
+
+
+def sigmoid_build(bind, x: str) -> str:
+    """1 / (1 + e^-x): relatively accurate on both tails (no 1 - tiny cancellation). e^-x stays
+    finite (x >= -88): LLVM may divide by a reciprocal estimate refined by Newton's step, which
+    turns 1 / inf into nan."""
+    return f"{f32(1)} / ({f32(1)} + {exp_build(bind, f'-{x}', lo=-87.3, hi=88.0)})"
+
+
+def log_build(bind, x: str) -> str:
+    """ln x = e ln 2 + ln m for x = m 2^e, m in [sqrt(1/2), sqrt(2)) read from the bits;
+    subnormals are scaled by 2^23 first; ln 0 = -inf, ln(x < 0) = nan, ln inf = inf. The cases
+    are told apart on the bits: under fastmath `ninf`, LLVM folds float compares with inf."""
+    bx = bind(f"np.float32({x}).view(np.int32)")
+    tiny = bind(f"{bx} < {_I}(0x00800000)")
+    xs = bind(f"{x} * {f32(2.0 ** 23)} if {tiny} else {x}")
+    bits = bind(f"np.float32({xs}).view(np.int32)")
+    m0 = bind(f"{_I}(({bits} & {_I}(0x007FFFFF)) | {_I}(0x3F800000)).view(np.float32)")
+    big = bind(f"{m0} > {f32(math.sqrt(2))}")
+    e = bind(f"np.float32(({bits} >> {_I}(23)) - {_I}(127)) + ({f32(1)} if {big} else {f32(0)})"
+             f" - ({f32(23)} if {tiny} else {f32(0)})")
+    f = bind(f"({m0} * {f32(0.5)} if {big} else {m0}) - {f32(1)}")
+    z = bind(f"{f} * {f}")
+    y = bind(f"{f} + ({f} * {z} * {_horner(_LOG_P, f)} + {e} * {f32(LN2_LO)} - {f32(0.5)} * {z})"
+             f" + {e} * {f32(LN2_HI)}")
+    y = bind(f"{y} if ({bx} > {_I}(0)) & ({bx} < {_I}(0x7F800000)) else np.float32(np.nan)")
+    y = bind(f"{_INF} if {bx} == {_I}(0x7F800000) else {y}")
+    return f"-{_INF} if ({bx} & {_I}(0x7FFFFFFF)) == {_I}(0) else {y}"
+
+
+def erf_build(bind, x: str) -> str:
+    c = bind(f"min(max({x}, {f32(-4)}), {f32(4)})")
+    x2 = bind(f"{c} * {c}")
+    return f"{c} * ({_horner(_ERF_P[::-1], x2)} / {_horner(_ERF_Q[::-1], x2)})"
+
+
+def exp_expr(x: str) -> str:
+    return _inline(exp_build(_inline, x))
+
+
+def tanh_expr(x: str) -> str:
+    return _inline(tanh_build(_inline, x))
+
+
+def sigmoid_expr(x: str) -> str:
+    return _inline(sigmoid_build(_inline, x))
 
 
 def erf_expr(x: str) -> str:
-    c = f"min(max({x}, {f32(-4)}), {f32(4)})"
-    x2 = f"({c} * {c})"
-
-    def horner(coefs):
-        e = f32(coefs[-1])
-        for k in reversed(coefs[:-1]):
-            e = f"({e} * {x2} + {f32(k)})"
-        return e
-    return f"({c} * {horner(_ERF_P)} / {horner(_ERF_Q)})"
+    return _inline(erf_build(_inline, x))
 
 
-_unary("Erf", lambda n, x: _erf(x), lambda n, a: erf_expr(a[0]), 8)
-_unary("Sigmoid", lambda n, x: 1 / (1 + np.exp(-x)),
-       lambda n, a: f"({f32(1)} / ({f32(1)} + math.exp(-{a[0]})))", 8)
+def _gelu_build(n, bind, a):
+    x = a[0]
+    if n.attrs.get("approximate", "none") == "tanh":
+        inner = bind(f"{f32(math.sqrt(2 / math.pi))} * ({x} + {f32(0.044715)} * {x} * {x} * {x})")
+        return f"{f32(0.5)} * {x} * ({f32(1)} + {bind(tanh_build(bind, inner))})"
+    t = bind(f"{x} * {f32(1 / math.sqrt(2))}")
+    return f"{f32(0.5)} * {x} * ({f32(1)} + {bind(erf_build(bind, t))})"
+
+
+# op -> build(node, bind, args): the float32 code of these ops names intermediate values
+VECTOR_MATH = {
+    "Exp": lambda n, bind, a: exp_build(bind, a[0]),
+    "Tanh": lambda n, bind, a: tanh_build(bind, a[0]),
+    "Sigmoid": lambda n, bind, a: sigmoid_build(bind, a[0]),
+    "Log": lambda n, bind, a: log_build(bind, a[0]),
+    "Erf": lambda n, bind, a: erf_build(bind, a[0]),
+    "Gelu": _gelu_build,
+}
+
+
+# the same ops through libm, for float64 (the polynomials are float32-accurate)
+LIBM = {"Exp": "math.exp({})", "Log": "math.log({})", "Tanh": "math.tanh({})", "Erf": "math.erf({})",
+        "Sigmoid": "(1.0 / (1.0 + math.exp(-{})))"}
+
+
+def _vector_expr(op):
+    return lambda n, a: _inline(VECTOR_MATH[op](n, _inline, a))
+
+
+_unary("Exp", lambda n, x: np.exp(x), _vector_expr("Exp"), 8)
+# Log's inline form would repeat its intermediates into ~10 kB of code (numba compiled it in
+# 20-36 s): one expression calls libm; templates that bind statements get the polynomial
+_unary("Log", lambda n, x: np.log(x), lambda n, a: f"math.log({a[0]})", 8)
+_unary("Tanh", lambda n, x: np.tanh(x), _vector_expr("Tanh"), 8)
+_unary("Erf", lambda n, x: _erf(x), _vector_expr("Erf"), 8)
+_unary("Sigmoid", lambda n, x: 1 / (1 + np.exp(-x)), _vector_expr("Sigmoid"), 8)
 _unary("Softplus", lambda n, x: np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0),
        lambda n, a: f"(math.log1p(math.exp(-abs({a[0]}))) + max({a[0]}, {f32(0)}))", 8)
 _unary("Not", lambda n, x: np.logical_not(x), lambda n, a: f"(not {a[0]})")
@@ -179,15 +309,7 @@ def _gelu(n, x):
     return 0.5 * x * (1 + _erf(x / np.float32(math.sqrt(2))))
 
 
-def _gelu_expr(n, a):
-    x = a[0]
-    if n.attrs.get("approximate", "none") == "tanh":
-        return (f"({f32(0.5)} * {x} * ({f32(1)} + math.tanh({f32(math.sqrt(2 / math.pi))} * "
-                f"({x} + {f32(0.044715)} * {x} * {x} * {x}))))")
-    return f"({f32(0.5)} * {x} * ({f32(1)} + {erf_expr(f'({x} * {f32(1 / math.sqrt(2))})')}))"
-
-
-_unary("Gelu", _gelu, _gelu_expr, 10)
+_unary("Gelu", _gelu, _vector_expr("Gelu"), 10)
 
 
 # -- Clip: min/max are optional inputs (opset >= 11) or attributes (older) ------------
@@ -396,10 +518,28 @@ def typed_expr(node, args: list, in_dtypes: list, out_dtype: str) -> str:
     e = fn(node, args, in_dtypes, out_dtype) if fn else None
     if e is not None:
         return e
+    if node.op in LIBM and not (out_dtype == "float32" and all(d == "float32" for d in in_dtypes)):
+        return f"np.{NUMBA_TYPES[out_dtype]}({LIBM[node.op].format(*args)})"   # float64: full precision
     e = OPS[node.op].expr(node, args)
     if out_dtype == "bool" or (out_dtype == "float32" and all(d == "float32" for d in in_dtypes)):
         return e
     return f"np.{NUMBA_TYPES[out_dtype]}({e})"
+
+
+def op_assigns(node, args: list, name: str, in_dtypes=None, out_dtype: str = "float32") -> list:
+    """[(variable, code)] computing `node` into `name`: the ops of VECTOR_MATH over float32 bind
+    their intermediate values to temporaries `{name}_0, {name}_1...`; any other op is one
+    assignment of its `typed_expr`."""
+    in_dtypes = in_dtypes or ["float32"] * len(args)
+    if node.op not in VECTOR_MATH or out_dtype != "float32" or any(d != "float32" for d in in_dtypes):
+        return [(name, typed_expr(node, args, in_dtypes, out_dtype))]
+    out = []
+
+    def bind(expr: str) -> str:
+        out.append((f"{name}_{len(out)}", expr))
+        return out[-1][0]
+    result = VECTOR_MATH[node.op](node, bind, args)
+    return out + [(name, result)]
 
 
 _ = math  # generated code imports math; kept here for the expression vocabulary

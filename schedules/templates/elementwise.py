@@ -28,7 +28,7 @@ import numpy as np
 
 from ir.graph import TensorType
 from ir.ops import BROADCAST, ELEMWISE, OPS
-from ir.ops.elementwise import DTYPE_EXPRS, NAN_AWARE, NUMBA_TYPES, literal, typed_expr
+from ir.ops.elementwise import DTYPE_EXPRS, NAN_AWARE, NUMBA_TYPES, literal, op_assigns, typed_expr
 from ir.ops import resize as rz
 from ir.workload import Workload
 from schedules.launch import Buffer, Call, In, Launch, Out, Scalar, Table, Work
@@ -146,7 +146,15 @@ class _Emitter:
             sa = self.shapes[a]
             off = len(shape) - len(sa)
             args.append(self.load(a, None if self.flat_mode else ["0" if d == 1 else idx[off + b] for b, d in enumerate(sa)]))
-        return "(" + typed_expr(n, args, [self.dtype(a) for a in n.inputs], self.dtype(ref)) + ")"
+        in_dtypes, out_dtype = [self.dtype(a) for a in n.inputs], self.dtype(ref)
+        if self.branch:   # inside a Concat branch nothing may move out of it
+            return "(" + typed_expr(n, args, in_dtypes, out_dtype) + ")"
+        # each op's value (and its intermediates: see `op_assigns`) a temporary of the loop body:
+        # a nested expression would repeat its argument's code at every use
+        name = f"v{self.n_tmp}"
+        self.n_tmp += 1
+        self.pre += [Assign(t, e) for t, e in op_assigns(n, args, name, in_dtypes, out_dtype)]
+        return name
 
     def _reshape(self, n, idx, shape):
         src = n.inputs[0]
@@ -320,7 +328,7 @@ def _check(wl: Workload):
 
 class ElementwiseTemplate(Template):
     name = "elementwise"
-    version = 2
+    version = 3
 
     def matches(self, wl: Workload) -> bool:
         return _check(wl) is not None

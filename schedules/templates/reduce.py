@@ -2,12 +2,16 @@
 Reduce{Sum,Mean,Max,Min} over contiguous axes, GlobalAverage/MaxPool.
 
 The input is viewed as [rows, L, inner] (L: the reduced extent). With inner == 1
-each row is reduced in passes over L with V partial accumulators (`lanes`: the
-fastmath flags exclude reassociation, so a single accumulator would never
-vectorize); the prologue (e.g. BERT's Add + Add before LayerNormalization) is
-computed once per element and kept in a row buffer (`cache=True`) or recomputed
-in each pass. With inner > 1 (middle axes) the output row is the accumulator and
-the inner loop runs contiguously. Rows per work item and threading are run-time.
+each row is reduced in passes over L: reductions in V partial accumulators (`lanes`:
+the fastmath flags exclude reassociation, so a single accumulator would never
+vectorize), elementwise passes as plain loops (Softmax's exp is a vectorizable
+polynomial written to the output, then summed and scaled). The prologue (e.g. BERT's
+Add + Add before LayerNormalization) is computed once per element and kept in a row
+buffer (`cache=True`; without a prologue the input row is read again instead) or
+recomputed in each pass. Indices are unsigned: numba's check for negative indices
+kept the row loops scalar. With inner > 1 (middle axes) the output row is the
+accumulator and the inner loop runs contiguously. Rows per work item and threading
+are run-time.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import numpy as np
 
 from ir.graph import Node
 from ir.ops import BROADCAST, ELEMWISE, OPS
+from ir.ops.elementwise import exp_build, op_assigns
 from ir.ops.reduce import _axes
 from ir.workload import Workload
 from schedules.launch import Call, In, Launch, Out, Scalar, Table
@@ -104,7 +109,7 @@ def _input_mode(shape, xshape, L: int):
 
 class ReduceTemplate(Template):
     name = "reduce"
-    version = 1
+    version = 2
 
     def matches(self, wl: Workload) -> bool:
         a = _anchor(wl)
@@ -183,23 +188,36 @@ def _norm_shape(xshape, L):
     return tuple(tail)
 
 
+def _u(index: str) -> str:
+    """An unsigned index: numba's wrap-around check for negative signed indices keeps LLVM from
+    vectorizing (every index here is >= 0)."""
+    return f"np.uint64({index})"
+
+
 def _load(ref, modes, params, slot):
     p, m = params[ref], modes[ref]
     if m == "scalar":
         return f"{p}[0]"
     if m == "full":
-        return f"{p}[base + c]"
-    return f"{p}[pb{slot} + c]"   # periodic: pb = (r % (size // L)) * L, or c % size when size < L
+        return f"{p}[{_u('base + c')}]"
+    return f"{p}[{_u(f'pb{slot} + c')}]"   # periodic: pb = (r % (size // L)) * L, or c % size when size < L
 
 
 def _rows(wl, k, refs, modes, params, kind, lanes, cache) -> Function:
-    """One function; per row: (prologue + reductions) passes, then the store pass."""
+    """One function; per row: the first reduction (max or sum) over the prologue's values, in
+    `lanes` partial results; then the passes of the op, each a plain loop over the row (no
+    loop-carried value: LLVM vectorizes it) or a lane-split reduction.
+
+    Softmax: out = e^(v - m) (one exp per element, vectorized polynomial), the sum of out in
+    lanes, out *= 1 / sum. LogSoftmax: likewise, then out = v - (m + ln sum). LayerNorm: mean,
+    variance of (v - mean) in lanes, out = (v - mean) * inv * scale + shift."""
     slots = {r: i for i, r in enumerate(refs)}
     loads = {r: _load(r, modes, params, slots[r]) for r in refs}
+    cache = cache and k > 0   # without a prologue, x itself is the row
 
     def value(u: int) -> tuple:
         """Statements computing the prologue value v{u} at column c{u}."""
-        sub = lambda s: s.replace("+ c]", f"+ c{u}]")  # noqa: E731
+        sub = lambda s: s.replace("+ c)]", f"+ c{u})]")  # noqa: E731
         if k == 0:
             return (Assign(f"v{u}", sub(loads[refs[0]])),)
         stmts, env = [], {}
@@ -207,23 +225,27 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache) -> Function:
             node = Node(o["op"], tuple(o["in"]), ("_",), dict(o["attrs"]))
             args = [env[r] if r.startswith("t") else sub(loads[r]) for r in o["in"]]
             name = f"p{m}_{u}"
-            stmts.append(Assign(name, OPS[o["op"]].expr(node, args)))
+            stmts += [Assign(t, e) for t, e in op_assigns(node, args, name)]
             env[f"t{m}"] = name
         stmts.append(Assign(f"v{u}", f"np.float32({env[f't{k - 1}']})"))
         return tuple(stmts)
 
     def read(u: int) -> tuple:
-        return (Assign(f"v{u}", f"buf[c{u}]"),) if cache else value(u)
+        return (Assign(f"v{u}", f"buf[{_u(f'c{u}')}]"),) if cache else value(u)
 
-    def lane_pass(elem, first: bool) -> tuple:
-        """elem(u) -> statements for lane u at column c{u}; lanes unrolled, then a tail."""
+    def lane_pass(elem, load) -> tuple:
+        """elem(u) -> statements for lane u at column c{u} after load(u); lanes unrolled, then a tail."""
         main = For("c0", "0", "nv", step=str(lanes), body=tuple(
-            s for u in range(lanes) for s in (Assign(f"c{u}", f"c0 + {u}"),) + (value(u) if first else read(u)) + elem(u)))
-        tail = For("c0", "nv", "L", (value(0) if first else read(0)) + elem(0)) if lanes > 1 else None
+            s for u in range(lanes) for s in (Assign(f"c{u}", f"c0 + {u}"),) + load(u) + elem(u)))
+        tail = For("c0", "nv", "L", load(0) + elem(0)) if lanes > 1 else None
         return (main,) + ((tail,) if tail else ())
 
+    def row_pass(stmts) -> For:
+        """A loop over the row with no loop-carried value."""
+        return For("c0", "0", "L", stmts)
+
     def keep(u):
-        return (Assign(f"buf[c{u}]", f"v{u}"),) if cache else ()
+        return (Assign(f"buf[{_u(f'c{u}')}]", f"v{u}"),) if cache else ()
 
     def init(val):
         return tuple(Assign(f"s{u}", val) for u in range(lanes))
@@ -234,32 +256,44 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache) -> Function:
             expr = f"{fn}({expr}, s{u})" if fn else f"{expr} + s{u}"
         return f"({expr})"
 
+    def out_at(u):
+        return f"out[{_u(f'base + c{u}')}]"
+
+    def exp_of(arg: str) -> tuple:
+        """e^arg for arg <= 0 into `e` (vectorizable polynomial; e^-87.3 ~ 1e-38 stands for 0)."""
+        stmts = []
+
+        def bind(x):
+            stmts.append(Assign(f"e_{len(stmts)}", x))
+            return stmts[-1].target
+        e = exp_build(bind, arg, lo=-87.3, hi=None)
+        return tuple(stmts) + (Assign("e", e),)
+
     F0 = "np.float32(0.0)"
     body = []
     if kind in ("Softmax", "LogSoftmax", "max"):
-        body += [*init(NEG_INF), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"max(s{u}, v{u})"),), True),
+        body += [*init(NEG_INF), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"max(s{u}, v{u})"),), value),
                  Assign("m", combine("max"))]
     elif kind == "min":
-        body += [*init(POS_INF), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"min(s{u}, v{u})"),), True),
+        body += [*init(POS_INF), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"min(s{u}, v{u})"),), value),
                  Assign("m", combine("min"))]
     else:  # sum, mean, LayerNormalization: a sum first
-        body += [*init(F0), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"v{u}", "+"),), True),
+        body += [*init(F0), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"v{u}", "+"),), value),
                  Assign("m", combine(""))]
     if kind in ("Softmax", "LogSoftmax"):
-        body += [*init(F0), *lane_pass(lambda u: (Assign(f"s{u}", f"np.float32(math.exp(v{u} - m))", "+"),), False),
+        body += [row_pass(read(0) + exp_of("v0 - m") + (Assign(out_at(0), "e"),)),
+                 *init(F0), *lane_pass(lambda u: (Assign(f"s{u}", out_at(u), "+"),), lambda u: ()),
                  Assign("s", combine(""))]
         if kind == "Softmax":
-            body += [Assign("inv", "np.float32(1.0) / s"),
-                     For("c0", "0", "L", read(0) + (Assign("out[base + c0]", "np.float32(math.exp(v0 - m)) * inv"),))]
+            body += [Assign("inv", "np.float32(1.0) / s"), row_pass((Assign(out_at(0), "inv", "*"),))]
         else:
-            body += [Assign("ls", "m + np.float32(math.log(s))"),
-                     For("c0", "0", "L", read(0) + (Assign("out[base + c0]", "v0 - ls"),))]
+            body += [Assign("ls", "m + np.float32(math.log(s))"), row_pass(read(0) + (Assign(out_at(0), "v0 - ls"),))]
     elif kind == "LayerNormalization":
         body += [Assign("mean", "m / np.float32(L)"), *init(F0),
-                 *lane_pass(lambda u: (Assign(f"d{u}", f"v{u} - mean"), Assign(f"s{u}", f"d{u} * d{u}", "+")), False),
+                 *lane_pass(lambda u: (Assign(f"d{u}", f"v{u} - mean"), Assign(f"s{u}", f"d{u} * d{u}", "+")), read),
                  Assign("var", f"({combine('')}) / np.float32(L)"),
                  Assign("inv", "np.float32(1.0) / np.float32(math.sqrt(var + eps))"),
-                 For("c0", "0", "L", read(0) + (Assign("out[base + c0]", "(v0 - mean) * inv * scale[c0] + shift[c0]"),))]
+                 row_pass(read(0) + (Assign(out_at(0), "(v0 - mean) * inv * scale[np.uint64(c0)] + shift[np.uint64(c0)]"),))]
     elif kind == "mean":
         body += [Assign("out[r]", "m / np.float32(L)")]
     else:

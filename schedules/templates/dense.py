@@ -6,6 +6,11 @@ scalar locals (SLP-vectorized), cache blocking of the tile loops and of K, and
 a parallel loop over blocks. The register tile, loop order and parallelism
 change the code; block sizes are run-time arguments, so candidates that differ
 only in them share one compile. Constant B is packed once, at prepare time.
+
+The register tiles offered depend on the target the kernel is built for: its float
+lanes per vector and vector registers (`vector_bits`, `vector_registers` of the cpu
+target, `codegen.cpu`): AVX2's 8-float tiles with 16 registers, AVX-512's 16-float tiles
+with up to 28 of its 32 registers as accumulators.
 """
 from __future__ import annotations
 

@@ -23,6 +23,27 @@ from schedules.loopnest import Assign, Comment, For
 F0 = "np.float32(0.0)"
 
 
+def vector_shape(target=None) -> tuple[int, int]:
+    """(float32 lanes per vector, vector registers) of the target a kernel is built for:
+    what register tiles are sized by. `target` is a `Target` or its description (a dict,
+    as records carry it); None means the current backend's target on this machine.
+    Targets that do not say (other backends, records from before) get AVX2's (8, 16)."""
+    if target is None:
+        from codegen.target import host_target
+        target = host_target()
+    bits = target.get("vector_bits") or 256
+    return max(int(bits) // 32, 1), int(target.get("vector_registers") or 16)
+
+
+def pick_tiles(tables: dict, lanes: int, registers: int) -> tuple:
+    """The entry of `tables` ({(lanes, registers): tiles}) for this vector shape, or the
+    nearest one (same lanes first, then fewer registers)."""
+    if (lanes, registers) in tables:
+        return tables[(lanes, registers)]
+    key = min(tables, key=lambda lr: (abs(lr[0] - lanes), lr[1] > registers, abs(lr[1] - registers)))
+    return tables[key]
+
+
 def k_range(start: str, stop: str, var: str = "k") -> Callable[[tuple], tuple]:
     """The common `k_loops`: one loop `for k in range(start, stop)` around the body."""
     return lambda body: (For(var, start, stop, body),)

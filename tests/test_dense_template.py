@@ -110,3 +110,68 @@ def test_run_time_knobs_share_one_compile():
     other = space.validate({**base.to_json(), "MB": 1, "NB": 32, "parallel": False})
     a, b = compile_kernel(DENSE, wl, base), compile_kernel(DENSE, wl, other)
     assert a.artifact.key == b.artifact.key
+
+
+AVX2 = {"vector_bits": 256, "vector_registers": 16}
+AVX512 = {"vector_bits": 512, "vector_registers": 32}
+AVX512_YMM = {"vector_bits": 256, "vector_registers": 32}   # prefer-256-bit kept
+
+
+@pytest.mark.parametrize("target,lanes,regs", [(AVX2, 8, 16), (AVX512, 16, 32), (AVX512_YMM, 8, 32)])
+def test_register_tiles_follow_the_targets_vectors(target, lanes, regs):
+    """Tiles are whole vectors wide and fit the register file: accumulators + B vectors +
+    one broadcast A within the registers, with at most a few spilled on AVX2's 16."""
+    wl = workload(32, 256, 256)
+    for t in (DENSE, get_template("batch_matmul")):
+        tiles = [v for v in t.space(wl, target).knobs[0].options if v != "blas"]
+        for tile in tiles:
+            mr, nr = (int(x) for x in tile.split("x"))
+            assert nr % lanes == 0, (t.name, tile, target)
+            assert mr * nr // lanes <= (28 if regs == 32 else 16), (t.name, tile, target)
+        assert t.default_config(wl, target)["regtile"] in tiles
+    wide = [v for v in DENSE.space(wl, AVX512).knobs[0].options if v != "blas"]
+    assert max(int(v.split("x")[0]) * int(v.split("x")[1]) // 16 for v in wide) >= 24   # the issue's ~28
+
+
+def test_space_defaults_to_this_machines_target():
+    from codegen import host_target
+    t = host_target()
+    wl = workload(32, 256, 256)
+    assert DENSE.space(wl).knobs[0].options == DENSE.space(wl, t).knobs[0].options
+    assert DENSE.space(wl, t.describe()).knobs[0].options == DENSE.space(wl, t).knobs[0].options   # a record's dict
+    assert t.vector_bits in (128, 256, 512) and t.vector_registers in (16, 32)
+    if "avx512f" in t.features.split(","):
+        assert t.vector_registers == 32
+    elif "avx" in t.features.split(","):
+        assert (t.vector_bits, t.vector_registers) == (256, 16)
+
+
+def _avx512_features() -> str:
+    import llvmlite.binding as ll
+    feats = ll.get_host_cpu_features()
+    for f in ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"):
+        feats[f] = True
+    return feats.flatten()
+
+
+@pytest.mark.skipif(__import__("platform").machine() not in ("x86_64", "AMD64"), reason="x86 CPU models")
+def test_vector_width_probe_sees_prefer_256_bit():
+    """LLVM's Intel AVX-512 models keep vectors at 256 bits unless prefer-256-bit is off (the
+    probe compiles for a CPU model, it need not be this one); AMD's znver4 does not."""
+    from codegen.cpu import _vector_width
+    f = _avx512_features()
+    assert _vector_width("sapphirerapids", f) == (256, 32)
+    assert _vector_width("sapphirerapids", f + ",-prefer-256-bit") == (512, 32)
+    assert _vector_width("znver4", f) == (512, 32)
+    assert _vector_width("haswell", "+avx,+avx2,+fma,+sse4.2")[0] == 256
+
+
+@pytest.mark.parametrize("tile", ["4x48", "12x16"])
+def test_avx512_tiles_compute_the_right_answer_here(tile):
+    """AVX-512 tiles are ordinary code: correct on any CPU (only slower without its registers)."""
+    wl = workload(37, 19, 53)
+    space = DENSE.space(wl, AVX512)
+    base = DENSE.default_config(wl, AVX512).to_json()
+    for order, kb in (("ij", 16), ("ji", 1 << 30)):
+        cfg = space.validate({**base, "regtile": tile, "order": order, "KB": min(space.knobs[5].options, key=lambda v: abs(v - kb))})
+        check(wl, cfg)

@@ -16,12 +16,20 @@ from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Call, In, Launch, Out, Scalar, Table
 from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param
-from schedules.microkernel import F0, k_range, register_tile
+from schedules.microkernel import F0, k_range, pick_tiles, register_tile, vector_shape
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
 
-REG_TILES = ("2x16", "4x16", "4x32", "8x16")
+# per (float lanes, vector registers) of the target, as dense's; NR divides the attention
+# widths (head dim 64, sequence 128) so the scalar remainder loop rarely runs
+REG_TILES = {
+    (8, 16): ("2x16", "4x16", "4x32", "8x16"),                  # AVX2
+    (8, 32): ("2x16", "4x16", "4x32", "8x16", "12x16"),         # AVX-512, 256-bit vectors kept
+    (16, 32): ("2x16", "4x16", "8x16", "4x32", "8x32", "6x32"),  # AVX-512
+    (4, 16): ("2x16", "4x16", "4x8", "8x8"),                    # 128-bit vectors
+}
+DEFAULT_TILE = {(8, 16): "4x16", (8, 32): "8x16", (16, 32): "8x32", (4, 16): "4x8"}
 
 
 def _epilogue(wl: Workload) -> Epilogue | None:
@@ -42,15 +50,17 @@ class BatchMatmulTemplate(Template):
             return False
         return _epilogue(wl) is not None
 
-    def space(self, wl: Workload) -> ConfigSpace:
+    def space(self, wl: Workload, target=None) -> ConfigSpace:
+        """Register tiles follow the vector shape of `target` (default: this machine's)."""
         return ConfigSpace([
-            Knob("regtile", REG_TILES),
+            Knob("regtile", pick_tiles(REG_TILES, *vector_shape(target))),
             Knob("parallel", (True, False), code_shape=False),
             Knob("MB", (1, 2, 4, 8, 16), code_shape=False),
         ])
 
-    def default_config(self, wl: Workload) -> Config:
-        return self.space(wl).validate({"regtile": "4x16", "parallel": True, "MB": 4})
+    def default_config(self, wl: Workload, target=None) -> Config:
+        tile = pick_tiles(DEFAULT_TILE, *vector_shape(target))
+        return self.space(wl, target).validate({"regtile": tile, "parallel": True, "MB": 4})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         epi = _epilogue(wl)

@@ -6,6 +6,11 @@ scalar locals (SLP-vectorized), cache blocking of the tile loops and of K, and
 a parallel loop over blocks. The register tile, loop order and parallelism
 change the code; block sizes are run-time arguments, so candidates that differ
 only in them share one compile. Constant B is packed once, at prepare time.
+
+The register tiles offered depend on the target the kernel is built for: its float
+lanes per vector and vector registers (`vector_bits`, `vector_registers` of the cpu
+target, `codegen.cpu`): AVX2's 8-float tiles with 16 registers, AVX-512's 16-float tiles
+with up to 28 of its 32 registers as accumulators.
 """
 from __future__ import annotations
 
@@ -13,15 +18,30 @@ from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Buffer, Call, In, Launch, Library, Out, Packed, Scalar, Work
 from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param
-from schedules.microkernel import k_range, register_tile
+from schedules.microkernel import k_range, pick_tiles, register_tile, vector_shape
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob, split_options
 from schedules.template import Lowered, Template
 
-# MR x NR register tiles (NR a multiple of the 8-float AVX2 vector), or "blas": library
-# dispatch (NumPy's BLAS matmul) followed by the generated epilogue, as TVM's cblas extern.
-REG_TILES = ("1x8", "1x16", "1x32", "2x16", "2x32", "3x16", "3x24", "4x8", "4x16", "4x24",
-             "6x16", "8x8", "8x16", "12x8", "blas")
+# MR x NR register tiles, per (float lanes, vector registers) of the target: NR a multiple
+# of the vector, MR * NR / lanes accumulators plus NR / lanes B vectors and one broadcast A
+# held in registers (a few tiles at the edge spill a little; the tuner measures which wins).
+# "blas": library dispatch (NumPy's BLAS matmul) then the generated epilogue, as TVM's cblas.
+REG_TILES = {
+    # AVX2: 16 ymm registers of 8 floats
+    (8, 16): ("1x8", "1x16", "1x32", "2x16", "2x32", "3x16", "3x24", "4x8", "4x16", "4x24",
+              "6x16", "8x8", "8x16", "12x8", "blas"),
+    # AVX-512 with LLVM's prefer-256-bit kept (TENSORTUNE_PREFER_256=1): 32 ymm registers
+    (8, 32): ("2x16", "3x24", "4x16", "4x24", "6x16", "8x16", "6x24", "8x24", "12x16", "14x16",
+              "6x32", "blas"),
+    # AVX-512: 32 zmm registers of 16 floats, up to 28 accumulators
+    (16, 32): ("4x16", "8x16", "12x16", "16x16", "4x32", "6x32", "8x32", "12x32", "14x32",
+               "4x48", "6x48", "4x64", "blas"),
+    # 128-bit vectors (SSE, NEON)
+    (4, 16): ("2x8", "4x4", "4x8", "4x12", "6x8", "8x4", "4x16", "blas"),
+}
+# the untuned tile per vector shape (best or near it in experiments/dense; AVX-512 unmeasured)
+DEFAULT_TILE = {(8, 16): "6x16", (8, 32): "8x24", (16, 32): "8x32", (4, 16): "4x8"}
 BLOCKS = (1, 2, 4, 8, 16, 32, 64)
 F0 = "np.float32(0.0)"
 
@@ -44,12 +64,13 @@ class DenseTemplate(Template):
     def matches(self, wl: Workload) -> bool:
         return _problem(wl) is not None and parse_epilogue(wl, 2, wl.output_shape) is not None
 
-    def space(self, wl: Workload) -> ConfigSpace:
+    def space(self, wl: Workload, target=None) -> ConfigSpace:
+        """Register tiles follow the vector shape of `target` (default: this machine's)."""
         a, b = _problem(wl)
         k_static = isinstance(a["sym"][-1], int)
         k_opts = split_options(b["shape"][0], lo=16) if k_static else (64, 128, 256, 512, 1024, 1 << 30)
         return ConfigSpace([
-            Knob("regtile", REG_TILES),
+            Knob("regtile", pick_tiles(REG_TILES, *vector_shape(target))),
             Knob("order", ("ij", "ji")),
             Knob("parallel", (True, False), code_shape=False),
             Knob("MB", BLOCKS, code_shape=False),
@@ -57,11 +78,12 @@ class DenseTemplate(Template):
             Knob("KB", k_opts, code_shape=False),
         ])
 
-    def default_config(self, wl: Workload) -> Config:
-        space = self.space(wl)
+    def default_config(self, wl: Workload, target=None) -> Config:
+        space = self.space(wl, target)
         kb = min(space.knobs[5].options, key=lambda v: abs(v - 256))
         # threads pay off only when each gets real work (~1 ms of it): waking one costs ~20 us
-        return space.validate({"regtile": "4x16", "order": "ij", "parallel": wl.flops() >= 50_000_000,
+        return space.validate({"regtile": pick_tiles(DEFAULT_TILE, *vector_shape(target)), "order": "ij",
+                               "parallel": wl.flops() >= 50_000_000,
                                "MB": 4, "NB": 4, "KB": kb})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
@@ -82,10 +104,10 @@ class DenseTemplate(Template):
         bp = Buffer("Bp", (n_nt, K, nr))
         pack_b = Call("pack_b", (In(1, (K, N), "float32"), Packed("Bp") if b["const"] else Work("Bp"),
                                  Scalar(K), Scalar(N)), items=n_nt, parallel=par)
-        work = (Buffer("Ap", (n_mt, K, mr)), Buffer("Cp", (M, N) if KB < K else (1, 1)))
+        work = (Buffer("Ap", (n_mt, K, mr)),)
         steps = (
             Call("pack_a", (In(0, (M, K), "float32"), Work("Ap"), Scalar(M), Scalar(K)), items=n_mt, parallel=par),
-            Call("blocks", (Work("Ap"), pack_b.args[1], *extras, Out((M, N)), Work("Cp"),
+            Call("blocks", (Work("Ap"), pack_b.args[1], *extras, Out((M, N)),
                             *(Scalar(v) for v in (M, N, K, MB, NB, KB))),
                  items=-(-n_mt // MB) * -(-n_nt // NB), parallel=par),
         )
@@ -158,8 +180,9 @@ def _pack_b(nr: int) -> Function:
 
 
 def _micro_kernel(mr: int, nr: int, epi: Epilogue) -> tuple:
-    """Register tile over one K block, then a compact (not unrolled) store loop:
-    partial sums of earlier K blocks live in Cp, the epilogue runs on the last block."""
+    """Register tile over one K block, then a compact (not unrolled) store loop: partial
+    sums of earlier K blocks are accumulated in `out` itself (no M x N scratch buffer to
+    pull through the caches), the epilogue runs on the last K block."""
     assigns, result = epi.emit("v", "i", "j", "e")
     store = (
         Assign("i", "i0 + r"),
@@ -167,8 +190,8 @@ def _micro_kernel(mr: int, nr: int, epi: Epilogue) -> tuple:
             For("c", "0", f"min({nr}, N - j0)", (
                 Assign("j", "j0 + c"),
                 Assign("v", "ct[r, c]"),
-                If("kb > 0", (Assign("v", "Cp[i, j]", "+"),)),
-                If("kb < n_kb - 1", (Assign("Cp[i, j]", "v"),),
+                If("kb > 0", (Assign("v", "out[i, j]", "+"),)),
+                If("kb < n_kb - 1", (Assign("out[i, j]", "v"),),
                    tuple(Assign(n, e) for n, e in assigns) + (Assign("out[i, j]", result),)),
             )),
         )),
@@ -179,8 +202,14 @@ def _micro_kernel(mr: int, nr: int, epi: Epilogue) -> tuple:
 
 
 def _blocks(mr: int, nr: int, order: str, epi: Epilogue) -> Function:
-    """Blocks t, t+T, ... of (ib, jb) tiles, each over all K blocks. Serial code with
-    nogil: threads run copies of it (numba's parallel=True would compile it ~3x slower)."""
+    """Blocks t, t+T, ... of (ib, jb) tiles (a block: MB row tiles x NB column tiles), each
+    over all K blocks, so the block's output stays in cache between its K blocks (with K
+    blocks outermost, every K block pulls all of C through the caches again: tried, slower).
+    Order "ij": blocks row-major, row tiles outside column tiles (an A micro-panel in L1
+    across NB B micro-panels); "ji": blocks column-major, column tiles outside (a B
+    micro-panel in L1 across MB A micro-panels, consecutive blocks share a B column block).
+    Serial code with nogil: threads run copies of it (numba's parallel=True would compile
+    it ~3x slower)."""
     tiles_i = ("it", "ib * MB", "min(n_mt, ib * MB + MB)")
     tiles_j = ("jt", "jb * NB", "min(n_nt, jb * NB + NB)")
     outer, inner = (tiles_i, tiles_j) if order == "ij" else (tiles_j, tiles_i)
@@ -207,7 +236,7 @@ def _counts(mr: int, nr: int) -> tuple:
 def _params(epi: Epilogue) -> tuple:
     return (Param("Ap", "float32[:, :, ::1]"), Param("Bp", "float32[:, :, ::1]")) \
         + tuple(Param(n, t) for n, t in epi.params()) \
-        + (Param("out", "float32[:, ::1]"), Param("Cp", "float32[:, ::1]")) \
+        + (Param("out", "float32[:, ::1]"),) \
         + tuple(Param(n, "int64") for n in ("M", "N", "K", "MB", "NB", "KB"))
 
 

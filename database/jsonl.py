@@ -140,8 +140,13 @@ def _check_config(d: dict, workload) -> dict:
         template = registry.get_template(d["template"])
     except Exception as e:
         raise _Bad(f"unknown template {d['template']!r} ({e})") from None
+    import inspect
+    # a record from another machine is checked against the space of its own target (register
+    # tiles follow the vector width) where the template's space depends on the target
+    takes_target = "target" in inspect.signature(template.space).parameters and isinstance(d.get("target"), dict)
     try:
-        return template.space(workload).validate(d["config"]).to_json()
+        space = template.space(workload, target=d["target"]) if takes_target else template.space(workload)
+        return space.validate(d["config"]).to_json()
     except Exception as e:
         raise _Bad(f"config does not fit template {d['template']!r}: {e}") from None
 

@@ -26,11 +26,12 @@ F0 = "np.float32(0.0)"
 def vector_shape(target=None) -> tuple[int, int]:
     """(float32 lanes per vector, vector registers) of the target a kernel is built for:
     what register tiles are sized by. `target` is a `Target` or its description (a dict,
-    as records carry it); None means the current backend's target on this machine.
+    as records carry it); None means this machine's CPU (the CPU templates' code runs there,
+    a GPU model's CPU fallback included).
     Targets that do not say (other backends, records from before) get AVX2's (8, 16)."""
     if target is None:
         from codegen.target import host_target
-        target = host_target()
+        target = host_target("cpu")
     bits = target.get("vector_bits") or 256
     return max(int(bits) // 32, 1), int(target.get("vector_registers") or 16)
 

@@ -86,6 +86,9 @@ class Step:
     out_shape: tuple = ()
     out_dtype: str = "float32"
     work: dict | None = None      # the kernel's workspaces: views of the arena (None: its own)
+    plan: object = None           # the kernel's flat calls on this program's buffers (codegen.kernel.Calls)
+    fixed: tuple | None = None    # those calls when nothing in them changes from call to call
+    dynamic_inputs: bool = False  # some input is read from the environment on each call
 
 
 @dataclass
@@ -97,6 +100,7 @@ class Program:
     fallback_nodes: list = field(default_factory=list)
     static: dict = field(default_factory=dict)         # slot -> value computed at build time
     static_steps: list = field(default_factory=list)   # the steps those came from (for coverage)
+    env0: list = field(default_factory=list)           # each call's environment to start from
 
 
 @dataclass
@@ -183,6 +187,7 @@ class CompiledModel:
         self._programs: OrderedDict[tuple, Program] = OrderedDict()   # LRU: most recently used last
         self._programs_lock = threading.RLock()
         self._sizes_by_shapes: OrderedDict[tuple, dict] = OrderedDict()  # input shapes -> bound dim sizes (LRU)
+        self._by_signature: dict[tuple, tuple] = {}  # feeds' (name, shape, dtype)s -> (program key, sizes)
         self._kernels: dict[tuple, object] = {}      # (workload key, template, config) -> Kernel
         self._states: dict[tuple, object] = {}       # (subgraph, template, version, config) -> packed state
         self.stats = {"binds": 0, "bind_reused": 0, "compiles": 0}
@@ -250,6 +255,30 @@ class CompiledModel:
                     self._programs.popitem(last=False)
                 self._drop_unused_kernels()
             return prog
+
+    def _program_for(self, feeds: dict) -> tuple[dict, Program]:
+        """(feeds as the model takes them, their program). Feeds of input shapes and dtypes
+        seen before, that needed no conversion then, skip the checks and the size binding:
+        one dict lookup by (name, shape, dtype) of each."""
+        try:
+            sig = tuple([(k, v.shape, v.dtype) for k, v in feeds.items()])
+        except AttributeError:   # not arrays (lists, scalars): the full path converts them
+            sig = None
+        known = self._by_signature.get(sig) if sig is not None else None
+        if known is not None:
+            with self._programs_lock:
+                prog = self._programs.get(known[0])
+                if prog is not None:
+                    self._programs.move_to_end(known[0])
+                    return feeds, prog
+        conv, sizes = self._bind(feeds)
+        prog = self.program(sizes)
+        if sig is not None and all(conv[k] is v for k, v in feeds.items()):
+            with self._programs_lock:
+                if len(self._by_signature) >= MAX_BOUND_SHAPES:
+                    self._by_signature.clear()
+                self._by_signature[sig] = (tuple(sorted(sizes.items())), sizes)
+        return conv, prog
 
     def _drop_unused_kernels(self) -> None:
         """Compiled kernels are per shape (workload key): keep only those a kept program runs.
@@ -432,6 +461,33 @@ class CompiledModel:
             view = arena[off:off + b.nbytes].view(b.dtype).reshape(b.shape)
             prog.steps[k].work = {**(prog.steps[k].work or {}), b.name: view}
         prog.memory, prog.arena = mem, arena
+        self._plan_calls(prog)
+
+    def _plan_calls(self, prog: Program) -> None:
+        """Each kernel step's launch as flat calls on this program's buffers, so that a call
+        of the model runs one Python call per kernel function: values that live at one place
+        for the program's life (constants, folded shapes, kernels' arena outputs) are bound
+        into the calls once and start each call's environment (`env0`)."""
+        env0 = list(self._env0)
+        for s_, v in prog.static.items():
+            env0[s_] = v
+        fixed = set(prog.static) | {self._slot[c] for c in self.graph.constants}
+        for step in prog.steps:
+            if step.kernel is None:
+                continue
+            _, s_, view, _ = step.outs[0]
+            arrays = [env0[i] if i in fixed else None for i in step.in_slots]
+            step.plan = step.kernel.plan(arrays, view, step.work)
+            try:   # a dtype object: the per-call allocation of a graph output then skips parsing its name
+                step.out_dtype = np.dtype(step.out_dtype)
+            except TypeError:
+                pass
+            step.fixed = None if step.plan.dynamic else step.plan.calls
+            step.dynamic_inputs = any(a is None for a in arrays)
+            if view is not None:
+                env0[s_] = view
+                fixed.add(s_)
+        prog.env0 = env0
 
     # -- running ----------------------------------------------------------------------
     def _bind(self, feeds: dict):
@@ -462,37 +518,44 @@ class CompiledModel:
         return conv, sizes
 
     def run(self, feeds: dict) -> dict:
-        feeds, sizes = self._bind(feeds)
         with self._lock:
+            feeds, prog = self._program_for(feeds)
             while True:
                 try:
-                    return self._run(feeds, sizes)
+                    return self._run(feeds, prog)
                 except _RefFailed as e:  # only with a fallback: that node moves to onnxruntime
                     self._unsupported.add(e.node.name)
                     self._index()
                     self._programs.clear()
+                    prog = self.program(prog.sizes)
 
-    def _run(self, feeds: dict, sizes: dict) -> dict:
-        prog = self.program(sizes)
-        env = list(self._env0)
-        for s_, v in prog.static.items():
-            env[s_] = v
+    def _run(self, feeds: dict, prog: Program) -> dict:
+        env = list(prog.env0)
         slot = self._slot
         for k, v in feeds.items():
             env[slot[k]] = v
         perf = time.perf_counter
+        t0 = perf()
         for step in prog.steps:
-            t0 = perf()
-            if step.kernel is not None:
-                _, s, view, is_out = step.outs[0]
-                out = view if view is not None else np.empty(step.out_shape, step.out_dtype)
-                env[s] = step.kernel([env[i] for i in step.in_slots], out, step.work)
+            fixed = step.fixed
+            if fixed is not None:          # a kernel on the program's own buffers
+                for run, args in fixed:
+                    run(*args)
+            elif step.kernel is not None:  # a kernel reading a feed or a value made on this call
+                _, s, view, _ = step.outs[0]
+                out = view if view is not None else self.backend.empty(step.out_shape, step.out_dtype)
+                arrays = [env[i] for i in step.in_slots] if step.dynamic_inputs else None
+                for run, args in step.plan.fill(arrays, out):
+                    run(*args)
+                env[s] = out
             elif step.session is not None:
                 self._hand_on(step, step.session([env[i] if i >= 0 else None for i in step.in_slots]), env)
             else:
                 self._run_reference(prog, step, env)
-            step.seconds += perf() - t0
+            t1 = perf()
+            step.seconds += t1 - t0
             step.calls += 1
+            t0 = t1
         result = {}
         for o in self.graph.outputs:
             v = env[slot[o]]

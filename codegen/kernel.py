@@ -308,7 +308,8 @@ class BoundKernel:
         if work is None:
             work = self.own_work()
         if self._generic is None or self._generic_work is not work:
-            self._generic, self._generic_work = self.plan(None, None, work), work
+            consts = [a if spec["const"] else None for a, spec in zip(arrays, self.kernel.workload.inputs)]
+            self._generic, self._generic_work = self.plan(consts, None, work), work   # views of constants kept
         for run, args in self._generic.fill(arrays, out):
             run(*args)
         return out

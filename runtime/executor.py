@@ -11,9 +11,18 @@ a caller keeps is never overwritten by a later call.
 Weight packing (`Kernel.bind`) happens once per (subgraph, template, config) and
 is shared by the programs of every shape: a template's `prepare` depends only on
 the constants and the config, never on the dynamic dims.
+
+A call costs little Python around the kernels (`experiments/bench_overhead.py`):
+each kernel step's launch is planned once per program as flat calls on the arena
+(`BoundKernel.plan`), so a step whose inputs and output live there runs as one
+Python call per kernel function; only steps reading a feed or a value made on this
+call, or writing a graph output, fill those few arguments per call. Feeds of a
+(name, shape, dtype) signature seen before go straight to their program. A cold
+program's distinct uncached kernels compile on worker processes at once.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -23,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from codegen import compile_kernel, get_backend
-from codegen.kernel import BoundKernel
+from codegen.kernel import BoundKernel, Kernel
 from ir.custom import has_definition
 from ir.errors import ShapeError, TensortuneError, UnsupportedOpError
 from ir.fusion import FusedSubgraph, partition, topo_order
@@ -39,9 +48,47 @@ from runtime.fallback import ONNXRUNTIME, OrtRegion, check_fallback, regions, un
 
 MAX_PROGRAMS = 16        # per-shape programs (each with its arena) a model keeps, least recently used dropped
 MAX_BOUND_SHAPES = 256   # input shapes whose bound dim sizes are remembered (small dicts)
+# distinct uncached kernels a program needs before worker processes compile them: a worker
+# takes about a second to start, a compile one to a few seconds
+PARALLEL_COMPILE_MIN = 4
 STATIC, VIEW = "static", "view"   # shape computations folded per shape; reshapes run as views
 _VIEW_OPS = ("Reshape", "Unsqueeze", "Squeeze", "Flatten")
 from runtime.memory import MemoryPlan, plan_memory
+
+
+def compile_on_workers(backend, modules: dict, workers: int, timeout: float = 600.0) -> dict:
+    """source key -> Artifact of each loop module, compiled on `workers` fresh worker
+    processes (`tuner.measure.worker`: no fork of a process running numba threads, no
+    re-import of the caller's __main__), each filling the kernel cache this process then
+    loads from. A module that fails or times out is left out."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tuner.measure import jobs
+    from tuner.measure.worker import Worker
+    settings = backend.settings.to_json()
+    keys = list(modules)
+    pool = [Worker({"NUMBA_NUM_THREADS": "1"}) for _ in range(workers)]
+
+    def build(w: int) -> dict:
+        out = {}
+        for key in keys[w::workers]:
+            try:
+                reply = pool[w].call(jobs.build_job, {"module": modules[key], "settings": settings}, timeout)
+            except Exception:   # noqa: BLE001 (a worker that died or overran: compiled here instead)
+                continue
+            if reply[0] == "ok":
+                out[key] = reply[1]
+        return out
+    try:
+        with ThreadPoolExecutor(workers) as threads:
+            return {k: a for part in threads.map(build, range(workers)) for k, a in part.items()}
+    finally:
+        for w in pool:
+            w.kill()
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 class FallbackError(TensortuneError):
@@ -306,6 +353,37 @@ class CompiledModel:
             self.stats["compiles"] += 1
         return k
 
+    def _precompile(self, jobs: list[tuple]) -> None:
+        """Compile the distinct kernels of `jobs` (template, workload, config) that neither this
+        model nor the backend's cache has, on worker processes at once, one per core (a cold
+        model's first call is mostly numba compiling, seconds per kernel, one core each). What
+        a worker could not compile is left to `_kernel`, which compiles it here and raises its
+        error. Only a backend that can say what its cache holds (`has_cached`) takes part."""
+        has_cached = getattr(self.backend, "has_cached", None)
+        workers = min(self.backend.settings.num_threads, _cores())
+        if has_cached is None or workers < 2 or len(jobs) < PARALLEL_COMPILE_MIN:
+            return
+        todo, modules = {}, {}   # kernel key -> (template, wl, cfg, lowered); source key -> module
+        for template, wl, cfg in jobs:
+            key = (wl.key, template.name, cfg)
+            if key in self._kernels or key in todo:
+                continue
+            try:
+                low = template.lower(wl, cfg)
+            except Exception:   # noqa: BLE001 (`_kernel` lowers it again and raises where it always did)
+                continue
+            if not has_cached(low.module):
+                todo[key] = (template, wl, cfg, low)
+                modules.setdefault(self.backend.source_key(low.module), low.module)
+        if len(modules) < PARALLEL_COMPILE_MIN:
+            return
+        artifacts = compile_on_workers(self.backend, modules, min(workers, len(modules)))
+        for key, (template, wl, cfg, low) in todo.items():
+            art = artifacts.get(self.backend.source_key(low.module))
+            if art is not None:
+                self._kernels[key] = Kernel(wl, template.name, cfg, low, art)
+                self.stats["compiles"] += 1
+
     def _bound(self, index: int, template, wl, cfg, sg: FusedSubgraph) -> BoundKernel:
         kernel = self._kernel(template, wl, cfg)
         key = (index, template.name, template.version, cfg)
@@ -323,6 +401,7 @@ class CompiledModel:
         steps: list[Step] = []
         static: dict[str, np.ndarray] = {}
         static_steps: list[Step] = []
+        kernels: list[tuple] = []   # (step, choice, workload): bound once the distinct kernels are compiled
         for k, sg in enumerate(self.subgraphs):
             sess = self._sessions.get(k)
             if isinstance(sess, ControlFlow):
@@ -362,9 +441,12 @@ class CompiledModel:
                     raise FallbackError(f"--strict: subgraph '{sg.name}' ({wl.describe()}) has no template "
                                         "and would run on the NumPy reference path")
             else:
-                step.kernel = self._bound(k, choice.template, wl, choice.config, sg)
-                step.out_shape, step.out_dtype = tuple(wl.output_shape), wl.output_dtype
+                kernels.append((step, choice, wl))
             steps.append(step)
+        self._precompile([(c.template, wl, c.config) for _, c, wl in kernels])
+        for step, choice, wl in kernels:
+            step.kernel = self._bound(step.index, choice.template, wl, choice.config, step.subgraph)
+            step.out_shape, step.out_dtype = tuple(wl.output_shape), wl.output_dtype
         prog = Program(sizes, steps, static={self._slot[v]: a for v, a in static.items()},
                        static_steps=static_steps)
         self._plan(prog)

@@ -170,3 +170,31 @@ def test_one_and_two_threads_give_the_same_bits(monkeypatch):
     two = runtime.load(m, settings=Settings.from_env().with_(threads=2))
     assert any(type(run) is cpu._Spread for s in two.prepare({"x": x}).steps for run, _ in s.plan.calls)
     assert np.array_equal(two(x), one)
+
+
+def test_a_cold_program_compiles_its_kernels_on_worker_processes(tmp_path, monkeypatch):
+    """Two distinct kernels (the least taken apart here), an empty kernel cache, two threads:
+    the workers compile both, this process only loads them from the cache they filled."""
+    from runtime import executor
+    monkeypatch.setattr(executor, "PARALLEL_COMPILE_MIN", 2)
+    monkeypatch.setattr(executor, "_cores", lambda: 2)
+    nodes = [helper.make_node("Softmax", ["x"], ["p"], axis=-1), helper.make_node("Mul", ["p", "b"], ["q"]),
+             helper.make_node("Softmax", ["q"], ["y"], axis=-1)]
+    b = np.linspace(-1, 1, 8, dtype=np.float32)
+    g = helper.make_graph(nodes, "cold", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+                          [numpy_helper.from_array(b, "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    model = runtime.load(m, settings=Settings.from_env().with_(cache_dir=str(tmp_path), threads=2))
+    here = []
+    real = type(model.backend).compile
+    monkeypatch.setattr(type(model.backend), "compile", lambda self, mod: here.append(mod) or real(self, mod))
+    x = np.arange(16, dtype=np.float32).reshape(2, 8) / 8
+    y = model(x)
+    def softmax(v):
+        e = np.exp(v - v.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(y, softmax(softmax(x) * b), rtol=1e-5, atol=1e-6)
+    assert len(next(iter(model._programs.values())).steps) == 2 and model.stats["compiles"] == 2
+    assert here == []   # nothing compiled (nor loaded through compile) in this process

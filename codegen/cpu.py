@@ -138,6 +138,8 @@ class CpuBackend(Backend):
         src, key = _build.source_for(module, target)
         names = tuple(f.name for f in module.functions)
         cm = _build.load_source(src, key, list(names), self.settings)
+        if not cm.path.exists():   # loaded earlier in this process from another cache: this one gets the source
+            _build._write_atomic(cm.path, src)
         ndir = _build.numba_dir(cm.path)
         files = {f.name: f.read_bytes() for f in cache_files(ndir, cm.path.stem)}
         return Artifact("cpu", key, target.key, src, names, files, cm.compile_s, cm.cached,

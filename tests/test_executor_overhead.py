@@ -3,7 +3,12 @@ graph outputs', no conversions of buffers the plan already holds, results identi
 call to call and to a plain NumPy computation; the thread count of tiny kernels."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -16,6 +21,7 @@ from codegen.kernel import BoundKernel, work_estimate
 from ir.settings import Settings
 
 WIDTH, LAYERS = 16, 4
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def chain(layers: int = LAYERS, width: int = WIDTH, batch: int = 1, seed: int = 0):
@@ -172,12 +178,30 @@ def test_one_and_two_threads_give_the_same_bits(monkeypatch):
     assert np.array_equal(two(x), one)
 
 
-def test_a_cold_program_compiles_its_kernels_on_worker_processes(tmp_path, monkeypatch):
-    """Two distinct kernels (the least taken apart here), an empty kernel cache, two threads:
-    the workers compile both, this process only loads them from the cache they filled."""
-    from runtime import executor
-    monkeypatch.setattr(executor, "PARALLEL_COMPILE_MIN", 2)
-    monkeypatch.setattr(executor, "_cores", lambda: 2)
+COLD = """
+import json, sys
+import numpy as np
+import onnx
+import runtime
+from runtime import executor
+from ir.settings import Settings
+executor.PARALLEL_COMPILE_MIN = 2      # the least taken apart: two distinct kernels
+executor._cores = lambda: 2
+model = runtime.load(onnx.load(sys.argv[1]), settings=Settings.from_env().with_(cache_dir=sys.argv[2], threads=2))
+here = []
+real = type(model.backend).compile
+type(model.backend).compile = lambda self, mod: here.append(1) or real(self, mod)
+x = np.arange(16, dtype=np.float32).reshape(2, 8) / 8
+y = model(x)
+print(json.dumps({"y": y.tolist(), "steps": len(next(iter(model._programs.values())).steps),
+                  "compiles": model.stats["compiles"], "here": len(here)}))
+"""
+
+
+def test_a_cold_program_compiles_its_kernels_on_worker_processes(tmp_path):
+    """Two distinct kernels, an empty kernel cache, two threads: the workers compile both,
+    this process only loads them from the cache they filled. A fresh interpreter: one
+    that loaded the same code before would have nothing to compile."""
     nodes = [helper.make_node("Softmax", ["x"], ["p"], axis=-1), helper.make_node("Mul", ["p", "b"], ["q"]),
              helper.make_node("Softmax", ["q"], ["y"], axis=-1)]
     b = np.linspace(-1, 1, 8, dtype=np.float32)
@@ -186,15 +210,17 @@ def test_a_cold_program_compiles_its_kernels_on_worker_processes(tmp_path, monke
                           [numpy_helper.from_array(b, "b")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    model = runtime.load(m, settings=Settings.from_env().with_(cache_dir=str(tmp_path), threads=2))
-    here = []
-    real = type(model.backend).compile
-    monkeypatch.setattr(type(model.backend), "compile", lambda self, mod: here.append(mod) or real(self, mod))
+    onnx.save(m, tmp_path / "cold.onnx")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, "-c", COLD, str(tmp_path / "cold.onnx"), str(tmp_path / "cache")],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
     x = np.arange(16, dtype=np.float32).reshape(2, 8) / 8
-    y = model(x)
+
     def softmax(v):
         e = np.exp(v - v.max(-1, keepdims=True))
         return e / e.sum(-1, keepdims=True)
-    np.testing.assert_allclose(y, softmax(softmax(x) * b), rtol=1e-5, atol=1e-6)
-    assert len(next(iter(model._programs.values())).steps) == 2 and model.stats["compiles"] == 2
-    assert here == []   # nothing compiled (nor loaded through compile) in this process
+    np.testing.assert_allclose(np.array(got["y"], np.float32), softmax(softmax(x) * b), rtol=1e-5, atol=1e-6)
+    assert got["steps"] == 2 and got["compiles"] == 2
+    assert got["here"] == 0   # nothing compiled (nor loaded through compile) in that process

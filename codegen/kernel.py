@@ -172,10 +172,11 @@ class Calls:
     `dynamic` lists (call index, position, kind, what, dtype) of the arguments that are filled
     on each call (inputs not given when the plan was made, the output when not given).
     `fill(arrays, out)` gives the calls to run: `for run, args in ...: run(*args)`."""
-    __slots__ = ("calls", "dynamic", "_input")
+    __slots__ = ("calls", "dynamic", "reads_inputs", "_input")
 
     def __init__(self, calls: tuple, dynamic: tuple, resolve_input):
         self.calls, self.dynamic, self._input = calls, dynamic, resolve_input
+        self.reads_inputs = any(kind == _IN for _, _, kind, _, _ in dynamic)   # `fill` needs the arrays
 
     def fill(self, arrays, out) -> tuple | list:
         if not self.dynamic:

@@ -565,7 +565,7 @@ class CompiledModel:
             except TypeError:
                 pass
             step.fixed = None if step.plan.dynamic else step.plan.calls
-            step.dynamic_inputs = any(a is None for a in arrays)
+            step.dynamic_inputs = step.plan.reads_inputs   # an input not held, or held only as a copy
             if view is not None:
                 env0[s_] = view
                 fixed.add(s_)

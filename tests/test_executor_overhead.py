@@ -131,6 +131,11 @@ def test_plan_keeps_only_arrays_it_can_alias(model_and_reference):
     ro.flags.writeable = False                  # numba is handed a copy of it: a copy would go stale
     per_call = bk.plan([consts.get(i, ro) for i in step.subgraph.inputs], None, step.work)
     assert sorted({kind for _, _, kind, _, _ in per_call.dynamic}) == [1, 2]   # input and output per call
+    assert per_call.reads_inputs and not held.reads_inputs
+    out = np.zeros((1, WIDTH), np.float32)
+    for run, args in per_call.fill([consts.get(i, ro) for i in step.subgraph.inputs], out):
+        run(*args)
+    np.testing.assert_allclose(out, np.maximum(ro @ w + b, 0), rtol=1e-5, atol=1e-6)
 
 
 def test_tiny_kernels_run_on_one_thread():

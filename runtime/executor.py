@@ -245,6 +245,8 @@ class CompiledModel:
         self._env0 = [None] * len(self._slot)
         for name, arr in graph.constants.items():
             self._env0[self._slot[name]] = arr
+        # (name, slot, is a graph input or constant) of each graph output, in order
+        self._outputs = [(o, self._slot[o], o in graph.inputs or o in graph.constants) for o in graph.outputs]
         self._unsupported: set[str] = unsupported_nodes(graph) if self.fallback else set()
         if not self.fallback:
             _refuse_undefined(graph)
@@ -281,7 +283,10 @@ class CompiledModel:
         if args:
             if len(args) > len(self.graph.inputs):
                 raise ShapeError(f"model takes {len(self.graph.inputs)} inputs, got {len(args)}")
-            feeds = {**dict(zip(self.graph.inputs, args)), **feeds}
+            named = dict(zip(self.graph.inputs, args))
+            if feeds:
+                named.update(feeds)
+            feeds = named
         outs = self.run(feeds)
         return outs[self.graph.outputs[0]] if len(outs) == 1 else outs
 
@@ -639,9 +644,9 @@ class CompiledModel:
             step.calls += 1
             t0 = t1
         result = {}
-        for o in self.graph.outputs:
-            v = env[slot[o]]
-            if o in feeds or o in self.graph.constants:
+        for o, s, maybe_shared in self._outputs:
+            v = env[s]
+            if maybe_shared and (o in feeds or o in self.graph.constants):   # the caller's array or ours: a copy
                 v = np.array(v)
             result[o] = v
         return result

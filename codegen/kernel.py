@@ -138,17 +138,73 @@ def _run(backend: Backend, fns: dict, steps, env: _Env) -> None:
             raise TypeError(f"unknown launch step {s!r}")
 
 
-_IN, _OUT, _VAR = 1, 2, 3   # argument kinds resolved on every call; all others are fixed per kernel
+_IN, _OUT = 1, 2   # argument kinds filled on each call; all others are fixed per plan
+
+
+def _launcher(backend: Backend, s: Call, work_estimate: int):
+    """(run, trailing args) of one `Call` step: `run(*args, *trailing)` runs it. A backend
+    with a `launcher` decides once per plan how to run it (on the CPU: how many threads);
+    others are called through `Backend.call` on every run."""
+    make = getattr(backend, "launcher", None)
+    if make is not None:
+        return make(s.items, s.parallel, s.grid, s.block, work_estimate)
+    return None
+
+
+def work_estimate(wl: Workload) -> int:
+    """A kernel's size for picking its thread count: FLOPs plus bytes read and written."""
+    def nbytes(shape, dtype) -> int:
+        try:
+            return int(np.prod([int(d) for d in shape], dtype=np.int64)) * np.dtype(dtype).itemsize
+        except (TypeError, ValueError):   # a symbolic dim, or a dtype NumPy does not name (bfloat16)
+            return int(np.prod([d for d in shape if isinstance(d, int)], dtype=np.int64)) * 2
+    try:
+        flops = int(wl.flops())
+    except Exception:   # an op node_flops cannot count: its bytes still tell the size
+        flops = 0
+    return flops + sum(nbytes(spec["shape"], spec["dtype"]) for spec in wl.inputs) \
+        + nbytes(wl.output_shape, wl.output_dtype)
+
+
+class Calls:
+    """A launch turned into flat calls for given buffers: `calls` is a tuple of
+    (run, args) with every argument that stays the same from call to call resolved;
+    `dynamic` lists (call index, position, kind, what, dtype) of the arguments that are filled
+    on each call (inputs not given when the plan was made, the output when not given).
+    `fill(arrays, out)` gives the calls to run: `for run, args in ...: run(*args)`."""
+    __slots__ = ("calls", "dynamic", "reads_inputs", "_input")
+
+    def __init__(self, calls: tuple, dynamic: tuple, resolve_input):
+        self.calls, self.dynamic, self._input = calls, dynamic, resolve_input
+        self.reads_inputs = any(kind == _IN for _, _, kind, _, _ in dynamic)   # `fill` needs the arrays
+
+    def fill(self, arrays, out) -> tuple | list:
+        if not self.dynamic:
+            return self.calls
+        calls = list(self.calls)
+        last, args = -1, None
+        for k, pos, kind, what, dtype in self.dynamic:
+            if k != last:
+                if args is not None:
+                    calls[last] = (calls[last][0], args)
+                last, args = k, list(calls[k][1])
+            if kind == _IN:
+                args[pos] = self._input(what, arrays[what.index], dtype)
+            else:
+                args[pos] = out if what is None or out.shape == what else out.reshape(what)
+        calls[last] = (calls[last][0], args)
+        return calls
 
 
 class BoundKernel:
     """A kernel with its constants prepared, callable as `bk(arrays, out)`.
 
-    The first call (and a call with other workspaces) turns the launch into a plan: per
-    step, the function, its arguments with everything fixed for this kernel already
-    resolved (scalars, tables, packed buffers, workspaces, views of constants), and the
-    few positions filled on each call (inputs, the output, `Repeat` variables). A call then
-    costs a list copy and a backend call per step."""
+    `plan(arrays, out, work)` turns the launch into flat calls (`Calls`) for buffers that
+    stay the same from call to call (the executor's arena views): `Repeat` steps unrolled,
+    every argument fixed for these buffers resolved once (scalars, tables, packed buffers,
+    workspaces, views of constants and of the given arrays), and the backend's way to run
+    each step (thread count) chosen once. A call then costs one Python call per step;
+    `bk(arrays, out)` uses a plan with every input and the output filled on each call."""
 
     def __init__(self, kernel: Kernel, state: Prepared, backend: Backend | str | None = None):
         self.kernel, self.state = kernel, state
@@ -156,59 +212,93 @@ class BoundKernel:
         self.functions = _functions(kernel, self.backend)
         self._own_work: dict | None = None
         self._tables = _tables(kernel.lowered.launch, self.backend)
-        self._plan, self._plan_work = None, None
+        self._generic, self._generic_work = None, None
+        self.work_estimate = work_estimate(kernel.workload)
 
     @property
     def workspaces(self) -> tuple:
         return self.kernel.lowered.launch.workspaces
 
-    def _compile(self, steps, env: _Env) -> list:
+    def own_work(self) -> dict:
+        """This kernel's workspaces, allocated once (when the caller gives none)."""
+        if self._own_work is None:
+            self._own_work = {b.name: self.backend.empty(b.shape, b.dtype)
+                              for b in self.kernel.lowered.launch.workspaces}
+        return self._own_work
+
+    def _input(self, a: In, x, dtype=None):
+        """Input `a` of array `x`, as the kernel's function takes it (what `_Env` does per call);
+        `dtype`: the NumPy dtype it is read as, when the caller has it at hand."""
+        if x is None:
+            raise ValueError(f"launch reads input {a.index}, which was not given")
+        if a.broadcast is not None:
+            x = np.broadcast_to(x, a.broadcast)
+        x = self.backend.asarray(x, dtype if dtype is not None else self._dtype(a))
+        if not x.flags.writeable:   # numba signatures take no read-only arrays
+            x = x.copy()
+        return x if a.shape is None or x.shape == a.shape else x.reshape(a.shape)
+
+    def _dtype(self, a: In):
+        d = a.dtype or self.kernel.workload.inputs[a.index]["dtype"]
+        try:
+            return np.dtype(d)
+        except TypeError:   # a name NumPy does not know (bfloat16): the backend resolves it
+            return d
+
+    def _fixed_input(self, a: In, x):
+        """The view of `x` the kernel reads, if it aliases `x` (no conversion copy): only
+        then may a plan keep it, since `x`'s contents change from call to call."""
+        if a.broadcast is not None:
+            return None
+        spec = self.kernel.workload.inputs[a.index]
+        y = self.backend.asarray(x, a.dtype or spec["dtype"])
+        if y is not x or not getattr(x.flags, "writeable", True):
+            return None
+        return x.reshape(a.shape) if a.shape is not None else x
+
+    def plan(self, arrays: list | None = None, out=None, work: dict | None = None) -> Calls:
+        """Flat calls of the launch for these buffers. `arrays[i]` given (not None): input i
+        is always that array (an input that would need a converted copy stays per call);
+        `out` given: the output is always that array; `work`: the workspaces (None: own)."""
+        work = self.own_work() if work is None else work
+        arrays = list(arrays) if arrays is not None else [None] * len(self.kernel.workload.inputs)
+        launch = self.kernel.lowered.launch
+        env = _Env(self.kernel, self.backend, self.state, arrays, out, work, {}, self._tables)
         const = [spec["const"] for spec in self.kernel.workload.inputs]
-        plan = []
-        for s in steps:
-            if isinstance(s, Repeat):
-                plan.append((s.var, s.count, self._compile(s.body, env)))
-                continue
-            args, dynamic = [], []
+        calls, dynamic = [], []
+        for s in _unrolled(launch.steps, env.vars):
+            args = []
             for pos, a in enumerate(s.args):
                 if isinstance(a, In) and not const[a.index]:
-                    dynamic.append((pos, _IN, a))
+                    v = self._fixed_input(a, arrays[a.index]) if arrays[a.index] is not None else None
+                    if v is None:
+                        dynamic.append((len(calls), pos, _IN, a, self._dtype(a)))
+                    args.append(v)
                 elif isinstance(a, Out):
-                    dynamic.append((pos, _OUT, a.shape))
-                elif isinstance(a, Var):
-                    dynamic.append((pos, _VAR, a.name))
-                args.append(None if dynamic and dynamic[-1][0] == pos else env.resolve(a))
+                    if out is None:
+                        dynamic.append((len(calls), pos, _OUT, a.shape, None))
+                        args.append(None)
+                    else:
+                        args.append(out.reshape(a.shape) if a.shape is not None else out)
+                else:
+                    args.append(env.resolve(a))
             if isinstance(s, Call):
-                fn, backend = self.functions[s.function], self.backend
-                run = (lambda f, items, par, grid, block: lambda xs: backend.call(f, xs, items, par, grid, block))(
-                    fn, s.items, s.parallel, s.grid, s.block)
+                fn = self.functions[s.function]
+                how = _launcher(self.backend, s, self.work_estimate)
+                if how is None:
+                    backend = self.backend
+                    run = (lambda f, items, par, grid, block: lambda *xs: backend.call(f, list(xs), items, par,
+                                                                                        grid, block))(
+                        fn, s.items, s.parallel, s.grid, s.block)
+                else:
+                    run, trailing = how(fn)
+                    args += trailing
             elif isinstance(s, Library):
-                routine = self.backend.library(s.routine)
-                run = (lambda r: lambda xs: r(*xs))(routine)
+                run = self.backend.library(s.routine)
             else:
                 raise TypeError(f"unknown launch step {s!r}")
-            plan.append((run, args, dynamic))
-        return plan
-
-    def _execute(self, plan, env: _Env, arrays, out) -> None:
-        for step in plan:
-            if len(step) == 3 and isinstance(step[0], str):   # Repeat: (var, count, body)
-                var, count, body = step
-                for v in range(count):
-                    env.vars[var] = v
-                    self._execute(body, env, arrays, out)
-                continue
-            run, args, dynamic = step
-            if dynamic:
-                args = list(args)
-                for pos, kind, what in dynamic:
-                    if kind == _IN:
-                        args[pos] = env.view(what)
-                    elif kind == _OUT:
-                        args[pos] = out if what is None else out.reshape(what)
-                    else:
-                        args[pos] = env.vars[what]
-            run(args)
+            calls.append((run, tuple(args)))
+        return Calls(tuple(calls), tuple(dynamic), self._input)
 
     def __call__(self, arrays: list, out: np.ndarray | None = None, work: dict | None = None) -> np.ndarray:
         """Run on `arrays` into `out` (allocated when None). `work`: name -> array of each
@@ -216,13 +306,23 @@ class BoundKernel:
         if out is None:
             wl = self.kernel.workload
             out = self.backend.empty(wl.output_shape, wl.output_dtype)
-        launch = self.kernel.lowered.launch
         if work is None:
-            if self._own_work is None:
-                self._own_work = {b.name: self.backend.empty(b.shape, b.dtype) for b in launch.workspaces}
-            work = self._own_work
-        env = _Env(self.kernel, self.backend, self.state, arrays, out, work, {}, self._tables)
-        if self._plan is None or self._plan_work is not work:
-            self._plan, self._plan_work = self._compile(launch.steps, env), work
-        self._execute(self._plan, env, arrays, out)
+            work = self.own_work()
+        if self._generic is None or self._generic_work is not work:
+            consts = [a if spec["const"] else None for a, spec in zip(arrays, self.kernel.workload.inputs)]
+            self._generic, self._generic_work = self.plan(consts, None, work), work   # views of constants kept
+        for run, args in self._generic.fill(arrays, out):
+            run(*args)
         return out
+
+
+def _unrolled(steps, vars_: dict):
+    """The launch's `Call`/`Library` steps in order, `Repeat` bodies repeated with their
+    variable set in `vars_` while each copy is resolved."""
+    for s in steps:
+        if isinstance(s, Repeat):
+            for v in range(s.count):
+                vars_[s.var] = v
+                yield from _unrolled(s.body, vars_)
+        else:
+            yield s

@@ -11,9 +11,18 @@ a caller keeps is never overwritten by a later call.
 Weight packing (`Kernel.bind`) happens once per (subgraph, template, config) and
 is shared by the programs of every shape: a template's `prepare` depends only on
 the constants and the config, never on the dynamic dims.
+
+A call costs little Python around the kernels (`experiments/bench_overhead.py`):
+each kernel step's launch is planned once per program as flat calls on the arena
+(`BoundKernel.plan`), so a step whose inputs and output live there runs as one
+Python call per kernel function; only steps reading a feed or a value made on this
+call, or writing a graph output, fill those few arguments per call. Feeds of a
+(name, shape, dtype) signature seen before go straight to their program. A cold
+program's distinct uncached kernels compile on worker processes at once.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -23,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from codegen import compile_kernel, get_backend
-from codegen.kernel import BoundKernel
+from codegen.kernel import BoundKernel, Kernel
 from ir.custom import has_definition
 from ir.errors import ShapeError, TensortuneError, UnsupportedOpError
 from ir.fusion import FusedSubgraph, partition, topo_order
@@ -39,9 +48,47 @@ from runtime.fallback import ONNXRUNTIME, OrtRegion, check_fallback, regions, un
 
 MAX_PROGRAMS = 16        # per-shape programs (each with its arena) a model keeps, least recently used dropped
 MAX_BOUND_SHAPES = 256   # input shapes whose bound dim sizes are remembered (small dicts)
+# distinct uncached kernels a program needs before worker processes compile them: a worker
+# takes about a second to start, a compile one to a few seconds
+PARALLEL_COMPILE_MIN = 4
 STATIC, VIEW = "static", "view"   # shape computations folded per shape; reshapes run as views
 _VIEW_OPS = ("Reshape", "Unsqueeze", "Squeeze", "Flatten")
 from runtime.memory import MemoryPlan, plan_memory
+
+
+def compile_on_workers(backend, modules: dict, workers: int, timeout: float = 600.0) -> dict:
+    """source key -> Artifact of each loop module, compiled on `workers` fresh worker
+    processes (`tuner.measure.worker`: no fork of a process running numba threads, no
+    re-import of the caller's __main__), each filling the kernel cache this process then
+    loads from. A module that fails or times out is left out."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tuner.measure import jobs
+    from tuner.measure.worker import Worker
+    settings = backend.settings.to_json()
+    keys = list(modules)
+    pool = [Worker({"NUMBA_NUM_THREADS": "1"}) for _ in range(workers)]
+
+    def build(w: int) -> dict:
+        out = {}
+        for key in keys[w::workers]:
+            try:
+                reply = pool[w].call(jobs.build_job, {"module": modules[key], "settings": settings}, timeout)
+            except Exception:   # noqa: BLE001 (a worker that died or overran: compiled here instead)
+                continue
+            if reply[0] == "ok":
+                out[key] = reply[1]
+        return out
+    try:
+        with ThreadPoolExecutor(workers) as threads:
+            return {k: a for part in threads.map(build, range(workers)) for k, a in part.items()}
+    finally:
+        for w in pool:
+            w.kill()
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 class FallbackError(TensortuneError):
@@ -87,6 +134,9 @@ class Step:
     out_shape: tuple = ()
     out_dtype: str = "float32"
     work: dict | None = None      # the kernel's workspaces: views of the arena (None: its own)
+    plan: object = None           # the kernel's flat calls on this program's buffers (codegen.kernel.Calls)
+    fixed: tuple | None = None    # those calls when nothing in them changes from call to call
+    dynamic_inputs: bool = False  # some input is read from the environment on each call
 
 
 @dataclass
@@ -98,6 +148,7 @@ class Program:
     fallback_nodes: list = field(default_factory=list)
     static: dict = field(default_factory=dict)         # slot -> value computed at build time
     static_steps: list = field(default_factory=list)   # the steps those came from (for coverage)
+    env0: list = field(default_factory=list)           # each call's environment to start from
 
 
 @dataclass
@@ -185,6 +236,7 @@ class CompiledModel:
         self._programs: OrderedDict[tuple, Program] = OrderedDict()   # LRU: most recently used last
         self._programs_lock = threading.RLock()
         self._sizes_by_shapes: OrderedDict[tuple, dict] = OrderedDict()  # input shapes -> bound dim sizes (LRU)
+        self._by_signature: dict[tuple, tuple] = {}  # feeds' (name, shape, dtype)s -> (program key, sizes)
         self._kernels: dict[tuple, object] = {}      # (workload key, template, config) -> Kernel
         self._states: dict[tuple, object] = {}       # (subgraph, template, version, config) -> packed state
         self.stats = {"binds": 0, "bind_reused": 0, "compiles": 0}
@@ -195,6 +247,8 @@ class CompiledModel:
         self._env0 = [None] * len(self._slot)
         for name, arr in graph.constants.items():
             self._env0[self._slot[name]] = arr
+        # (name, slot, is a graph input or constant) of each graph output, in order
+        self._outputs = [(o, self._slot[o], o in graph.inputs or o in graph.constants) for o in graph.outputs]
         self._unsupported: set[str] = unsupported_nodes(graph) if self.fallback else set()
         if not self.fallback:
             _refuse_undefined(graph)
@@ -231,7 +285,10 @@ class CompiledModel:
         if args:
             if len(args) > len(self.graph.inputs):
                 raise ShapeError(f"model takes {len(self.graph.inputs)} inputs, got {len(args)}")
-            feeds = {**dict(zip(self.graph.inputs, args)), **feeds}
+            named = dict(zip(self.graph.inputs, args))
+            if feeds:
+                named.update(feeds)
+            feeds = named
         outs = self.run(feeds)
         return outs[self.graph.outputs[0]] if len(outs) == 1 else outs
 
@@ -252,6 +309,30 @@ class CompiledModel:
                     self._programs.popitem(last=False)
                 self._drop_unused_kernels()
             return prog
+
+    def _program_for(self, feeds: dict) -> tuple[dict, Program]:
+        """(feeds as the model takes them, their program). Feeds of input shapes and dtypes
+        seen before, that needed no conversion then, skip the checks and the size binding:
+        one dict lookup by (name, shape, dtype) of each."""
+        try:
+            sig = tuple([(k, v.shape, v.dtype) for k, v in feeds.items()])
+        except AttributeError:   # not arrays (lists, scalars): the full path converts them
+            sig = None
+        known = self._by_signature.get(sig) if sig is not None else None
+        if known is not None:
+            with self._programs_lock:
+                prog = self._programs.get(known[0])
+                if prog is not None:
+                    self._programs.move_to_end(known[0])
+                    return feeds, prog
+        conv, sizes = self._bind(feeds)
+        prog = self.program(sizes)
+        if sig is not None and all(conv[k] is v for k, v in feeds.items()):
+            with self._programs_lock:
+                if len(self._by_signature) >= MAX_BOUND_SHAPES:
+                    self._by_signature.clear()
+                self._by_signature[sig] = (tuple(sorted(sizes.items())), sizes)
+        return conv, prog
 
     def _drop_unused_kernels(self) -> None:
         """Compiled kernels are per shape (workload key): keep only those a kept program runs.
@@ -279,6 +360,37 @@ class CompiledModel:
             self.stats["compiles"] += 1
         return k
 
+    def _precompile(self, jobs: list[tuple]) -> None:
+        """Compile the distinct kernels of `jobs` (template, workload, config) that neither this
+        model nor the backend's cache has, on worker processes at once, one per core (a cold
+        model's first call is mostly numba compiling, seconds per kernel, one core each). What
+        a worker could not compile is left to `_kernel`, which compiles it here and raises its
+        error. Only a backend that can say what its cache holds (`has_cached`) takes part."""
+        has_cached = getattr(self.backend, "has_cached", None)
+        workers = min(self.backend.settings.num_threads, _cores())
+        if has_cached is None or workers < 2 or len(jobs) < PARALLEL_COMPILE_MIN:
+            return
+        todo, modules = {}, {}   # kernel key -> (template, wl, cfg, lowered); source key -> module
+        for template, wl, cfg in jobs:
+            key = (wl.key, template.name, cfg)
+            if key in self._kernels or key in todo:
+                continue
+            try:
+                low = template.lower(wl, cfg)
+            except Exception:   # noqa: BLE001 (`_kernel` lowers it again and raises where it always did)
+                continue
+            if not has_cached(low.module):
+                todo[key] = (template, wl, cfg, low)
+                modules.setdefault(self.backend.source_key(low.module), low.module)
+        if len(modules) < PARALLEL_COMPILE_MIN:
+            return
+        artifacts = compile_on_workers(self.backend, modules, min(workers, len(modules)))
+        for key, (template, wl, cfg, low) in todo.items():
+            art = artifacts.get(self.backend.source_key(low.module))
+            if art is not None:
+                self._kernels[key] = Kernel(wl, template.name, cfg, low, art)
+                self.stats["compiles"] += 1
+
     def _bound(self, index: int, template, wl, cfg, sg: FusedSubgraph, backend=None) -> BoundKernel:
         backend = backend or self.backend
         kernel = self._kernel(template, wl, cfg, backend)
@@ -297,6 +409,7 @@ class CompiledModel:
         steps: list[Step] = []
         static: dict[str, np.ndarray] = {}
         static_steps: list[Step] = []
+        kernels: list[tuple] = []   # (step, choice, workload): bound once the distinct kernels are compiled
         for k, sg in enumerate(self.subgraphs):
             sess = self._sessions.get(k)
             if isinstance(sess, ControlFlow):
@@ -337,11 +450,15 @@ class CompiledModel:
                     raise FallbackError(f"--strict: subgraph '{sg.name}' ({wl.describe()}) has no template "
                                         "and would run on the NumPy reference path")
             else:
-                backend = get_backend(choice.backend, self.backend.settings) if choice.backend else None
-                step.kernel = self._bound(k, choice.template, wl, choice.config, sg, backend)
-                step.out_shape, step.out_dtype = tuple(wl.output_shape), wl.output_dtype
-            step.host = self.backend.device and (step.kernel is None or choice.kind == CPU_FALLBACK)
+                kernels.append((step, choice, wl))
+            # on a GPU, steps without a GPU kernel run on host copies (CPU fallback, reference, views)
+            step.host = self.backend.device and choice.kind in (REFERENCE, CPU_FALLBACK)
             steps.append(step)
+        self._precompile([(c.template, wl, c.config) for _, c, wl in kernels if c.backend is None])
+        for step, choice, wl in kernels:
+            backend = get_backend(choice.backend, self.backend.settings) if choice.backend else None
+            step.kernel = self._bound(step.index, choice.template, wl, choice.config, step.subgraph, backend)
+            step.out_shape, step.out_dtype = tuple(wl.output_shape), wl.output_dtype
         if self.backend.device:   # folded shape values: uploaded once per program, like constants
             static = {v: self.backend.asarray(a, a.dtype) for v, a in static.items()}
         prog = Program(sizes, steps, static={self._slot[v]: a for v, a in static.items()},
@@ -440,6 +557,33 @@ class CompiledModel:
             view = arena[off:off + b.nbytes].view(b.dtype).reshape(b.shape)
             prog.steps[k].work = {**(prog.steps[k].work or {}), b.name: view}
         prog.memory, prog.arena = mem, arena
+        self._plan_calls(prog)
+
+    def _plan_calls(self, prog: Program) -> None:
+        """Each kernel step's launch as flat calls on this program's buffers, so that a call
+        of the model runs one Python call per kernel function: values that live at one place
+        for the program's life (constants, folded shapes, kernels' arena outputs) are bound
+        into the calls once and start each call's environment (`env0`)."""
+        env0 = list(self._env0)
+        for s_, v in prog.static.items():
+            env0[s_] = v
+        fixed = set(prog.static) | {self._slot[c] for c in self.graph.constants}
+        for step in prog.steps:
+            if step.kernel is None or step.host:   # host steps run through `_run_on_host`
+                continue
+            _, s_, view, _ = step.outs[0]
+            arrays = [env0[i] if i in fixed else None for i in step.in_slots]
+            step.plan = step.kernel.plan(arrays, view, step.work)
+            try:   # a dtype object: the per-call allocation of a graph output then skips parsing its name
+                step.out_dtype = np.dtype(step.out_dtype)
+            except TypeError:
+                pass
+            step.fixed = None if step.plan.dynamic else step.plan.calls
+            step.dynamic_inputs = step.plan.reads_inputs   # an input not held, or held only as a copy
+            if view is not None:
+                env0[s_] = view
+                fixed.add(s_)
+        prog.env0 = env0
 
     # -- running ----------------------------------------------------------------------
     def _bind(self, feeds: dict):
@@ -470,46 +614,53 @@ class CompiledModel:
         return conv, sizes
 
     def run(self, feeds: dict) -> dict:
-        feeds, sizes = self._bind(feeds)
         with self._lock:
+            feeds, prog = self._program_for(feeds)
             while True:
                 try:
-                    return self._run(feeds, sizes)
+                    return self._run(feeds, prog)
                 except _RefFailed as e:  # only with a fallback: that node moves to onnxruntime
                     self._unsupported.add(e.node.name)
                     self._index()
                     self._programs.clear()
+                    prog = self.program(prog.sizes)
 
-    def _run(self, feeds: dict, sizes: dict) -> dict:
-        prog = self.program(sizes)
-        env = list(self._env0)
-        for s_, v in prog.static.items():
-            env[s_] = v
+    def _run(self, feeds: dict, prog: Program) -> dict:
+        env = list(prog.env0)
         slot, backend = self._slot, self.backend
         device = backend.device
         for k, v in feeds.items():   # on a GPU: one host-to-device copy per input and call
             env[slot[k]] = backend.asarray(v, v.dtype) if device else v
         perf = time.perf_counter
+        t0 = perf()
         for step in prog.steps:
-            t0 = perf()
-            if step.host:
+            fixed = step.fixed
+            if fixed is not None:          # a kernel on the program's own buffers
+                for run, args in fixed:
+                    run(*args)
+            elif step.host:                # a GPU model's step without a GPU kernel: on host copies
                 self._run_on_host(prog, step, env)
-            elif step.kernel is not None:
-                _, s, view, is_out = step.outs[0]
+            elif step.kernel is not None:  # a kernel reading a feed or a value made on this call
+                _, s, view, _ = step.outs[0]
                 out = view if view is not None else backend.empty(step.out_shape, step.out_dtype)
-                env[s] = step.kernel([env[i] for i in step.in_slots], out, step.work)
+                arrays = [env[i] for i in step.in_slots] if step.dynamic_inputs else None
+                for run, args in step.plan.fill(arrays, out):
+                    run(*args)
+                env[s] = out
             elif step.session is not None:
                 self._hand_on(step, step.session([env[i] if i >= 0 else None for i in step.in_slots]), env)
             else:
                 self._run_reference(prog, step, env)
-            step.seconds += perf() - t0
+            t1 = perf()
+            step.seconds += t1 - t0
             step.calls += 1
+            t0 = t1
         result = {}
-        for o in self.graph.outputs:
-            v = env[slot[o]]
+        for o, s, maybe_shared in self._outputs:
+            v = env[s]
             if device:   # one device-to-host copy per output and call
                 v = backend.to_host(v)
-            elif o in feeds or o in self.graph.constants:
+            elif maybe_shared and (o in feeds or o in self.graph.constants):   # the caller's array or ours: a copy
                 v = np.array(v)
             result[o] = v
         return result

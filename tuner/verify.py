@@ -73,7 +73,7 @@ class Verification:
         return [v for v in self.verdicts if v.kept == DEFAULT]
 
 
-def _step_times(model, feeds: dict) -> tuple[float, list[float]]:
+def step_times(model, feeds: dict) -> tuple[float, list[float]]:
     """(seconds of one run, seconds of each step in it)."""
     steps = model.prepare(feeds).steps
     before = [s.seconds for s in steps]
@@ -91,7 +91,7 @@ def interleaved(models: list, feeds: dict, runs: int) -> list[tuple[list, np.nda
     out = [([], []) for _ in models]
     for _ in range(max(1, runs)):
         for m, (tot, per) in zip(models, out):
-            t, steps = _step_times(m, feeds)
+            t, steps = step_times(m, feeds)
             tot.append(t)
             per.append(steps)
     return [(tot, np.asarray(per)) for tot, per in out]

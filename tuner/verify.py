@@ -116,9 +116,10 @@ def _kernel_steps(steps) -> dict[str, list[int]]:
     return out
 
 
-def measured_pair(tuned, default, feeds: dict, runs: int, _timed=None) -> Measured:
-    """Run `tuned` and `default` in turn (`interleaved`) and summarize as a `Measured`."""
-    (t_tot, t_per), (d_tot, _) = _timed or interleaved([tuned, default], feeds, runs)
+def measured_pair(tuned, default, feeds: dict, runs: int, timed=None) -> Measured:
+    """Run `tuned` and `default` in turn (`interleaved`; `timed`: its result, when already run) and
+    summarize as a `Measured`."""
+    (t_tot, t_per), (d_tot, _) = timed or interleaved([tuned, default], feeds, runs)
     occurrences = _kernel_steps(tuned.prepare(feeds).steps)
     cols = [k for idx in occurrences.values() for k in idx]
     other = np.asarray(t_tot) - t_per[:, cols].sum(axis=1)

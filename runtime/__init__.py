@@ -9,7 +9,7 @@ import warnings
 from codegen import get_backend
 from ir import Graph, ModelError, import_onnx, partition, simplify
 from ir.shapes import DimRange
-from runtime.choose import Chooser
+from runtime.choose import Chooser, deployed_record
 from runtime.executor import MAX_PROGRAMS, CompiledModel, Coverage, FallbackError
 from runtime.fallback import FALLBACKS, check_fallback
 from runtime.memory import MemoryPlan
@@ -99,9 +99,8 @@ def build_plan(graph, db, points: list[dict], target_key: str, model_name: str =
             if wl.key in seen or find_template(wl, kind) is None:
                 continue
             seen.add(wl.key)
-            best = db.best(wl.key, target_key, 1)
-            if best:
-                r = best[0]
+            r = deployed_record(db, wl.key, target_key)   # what runtime.load(db=...) deploys
+            if r is not None:
                 entries.append(PlanEntry(wl.key, wl.signature, r.template, r.template_version, wl.dims, r.config, r.median))
     dims = {k: [v.lo, v.hi] for k, v in graph.dims.items()}
     return Plan(target.describe(), dims, entries, model_name)

@@ -19,6 +19,8 @@ from runtime.plan import Plan
 TUNED, NEAREST, DEFAULT, REFERENCE = "tuned", "nearest", "default", "reference"
 CPU_FALLBACK = "cpu-fallback"   # a GPU model's subgraph that no GPU template covers: a CPU kernel runs it
 KINDS = (TUNED, NEAREST, DEFAULT, CPU_FALLBACK, REFERENCE)
+# the strategy of records `tune` measured inside the deployed model (tuner.verify): its verdicts
+IN_MODEL = "in-model"
 
 
 class StaleRecordError(TensortuneError):
@@ -46,9 +48,10 @@ class Chooser:
     """Looks configs up in a plan or a database for one target."""
 
     def __init__(self, plan: Plan | None = None, db=None, target_key: str | None = None, strict: bool = False,
-                 kind: str = "cpu"):
+                 kind: str = "cpu", use_verdicts: bool = True):
         self.plan, self.db, self.target_key, self.strict = plan, db, target_key, strict
         self.kind = kind   # the templates of the model's backend (`Backend.template_kind`)
+        self.use_verdicts = use_verdicts
         self._warned: set = set()
 
     def _lookup(self, wl: Workload) -> _Found | None:
@@ -61,9 +64,9 @@ class Chooser:
                 where = f"plan entry {self.plan.entries.index(e)} (workload {e.workload_key})"
                 return _Found(kind, e.template, e.template_version, e.config, where)
         if self.db is not None:
-            best = self.db.best(wl.key, self.target_key, 1)
+            r = deployed_record(self.db, wl.key, self.target_key) if self.use_verdicts else \
+                next(iter(self.db.best(wl.key, self.target_key, 1)), None)
             kind = TUNED
-            r = best[0] if best else None
             if r is None:
                 r, kind = self.db.nearest(wl.signature, wl.dims, self.target_key), NEAREST
             if r is not None:
@@ -100,3 +103,19 @@ class Chooser:
                 except ConfigError as e:
                     self._stale(wl, found, f"its config does not fit the template's space ({e})")
         return Choice(DEFAULT, template, template.default_config(wl))
+
+
+def deployed_record(db, workload_key: str, target_key: str | None):
+    """The record whose config deploys for this exact workload: the fastest stored, unless
+    `tune` timed it inside the model (`IN_MODEL` records, `tuner.verify`) against other
+    configs: then the one of those that ran fastest there. None when nothing is stored."""
+    best = db.best(workload_key, target_key, 1)
+    if not best:
+        return None
+    checked = {}
+    for r in db.records(workload_key=workload_key, target_key=target_key, status="ok"):
+        if r.strategy == IN_MODEL and r.median is not None:
+            checked[r.config_hash] = r   # the latest verdict per config (records come in id order)
+    if best[0].config_hash not in checked:
+        return best[0]   # a new best since the last check (or never checked): deployed as measured
+    return min(checked.values(), key=lambda r: (r.median, -(r.id or 0)))

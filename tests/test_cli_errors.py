@@ -88,7 +88,7 @@ def call(module: str, args, capsys):
 
 @pytest.mark.parametrize("flag,value", [("--run-timeout", "-1"), ("--build-timeout", "0"), ("--run-timeout", "nan"),
                                         ("--repeat", "0"), ("--batch-size", "-2"), ("--number", "0"),
-                                        ("--min-repeat-ms", "-5"), ("--measure-runs", "-1"), ("--seed", "-1"),
+                                        ("--min-repeat-ms", "-5"), ("--measure-runs", "-1"), ("--seed", "-1"), ("--verify-runs", "-1"),
                                         ("--time-budget", "0"), ("--early-stopping", "0")])
 def test_tune_rejects_bad_flag_values_up_front(tmp_path, capsys, flag, value):
     db = tmp_path / "x.db"

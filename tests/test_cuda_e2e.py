@@ -131,7 +131,7 @@ def test_tune_target_cuda_then_deploy_on_the_gpu_matching_onnxruntime(tmp_path, 
     path = _model(tmp_path / "tiny.onnx")
     url = f"sqlite:///{tmp_path / 'cuda.db'}"
     assert tune(["--model", path, "--target", "cuda", "--trials", "3", "--db", url, "--shape", "batch=2",
-                 "--no-progress", "--measure-runs", "1", "--min-repeat-ms", "1", "--repeat", "2",
+                 "--no-progress", "--measure-runs", "1", "--verify-runs", "1", "--min-repeat-ms", "1", "--repeat", "2",
                  "--strategy", "random"]) == 0
     capsys.readouterr()
     db = Database(url)

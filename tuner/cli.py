@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--flush-cache", action="store_true", help="evict the CPU caches before every timing repeat")
     p.add_argument("--measure-runs", type=int, default=10, metavar="N",
                    help="after tuning, time the whole model N times with its tuned kernels (0: skip)")
+    p.add_argument("--verify-runs", type=int, default=10, metavar="N",
+                   help="after tuning, time each tuned subgraph inside the model against its default config N runs "
+                        "and deploy the faster (0: skip; default 10)")
     p.add_argument("--plan", default=None, metavar="FILE", help="also write the deploy plan (JSON) here")
     p.add_argument("--log-file", default=None, help="machine-readable progress (JSON lines)")
     p.add_argument("--build-timeout", type=float, default=120.0)
@@ -161,6 +164,7 @@ def _run(args) -> int:
         if v is not None and not v > 0:  # `not >`: NaN too
             raise TensortuneError(f"{flag} must be a positive number, got {v}")
     for flag, v in (("--min-repeat-ms", args.min_repeat_ms), ("--measure-runs", args.measure_runs),
+                    ("--verify-runs", args.verify_runs),
                     ("--seed", args.seed)):
         if not v >= 0:
             raise TensortuneError(f"{flag} must be >= 0, got {v}")
@@ -189,8 +193,9 @@ def _run(args) -> int:
     from codegen import cache_dir, host_target
     cache_dir(settings)  # a kernel cache we may not use fails here, not as a compile_error per candidate
     from database import Database
-    from tuner.tune import (TuneOptions, _ms, estimated_latency, measure_model_latency, summary_table, tune_model,
-                            unusable_warnings)
+    from tuner.tune import (TuneOptions, agreement_line, estimated_latency, measure_deployed, summary_table,
+                            tune_model, unusable_warnings, verification_lines)
+    from tuner.verify import deployed_estimate
     db = Database(args.db)
     opts = TuneOptions(trials=args.trials, strategy=args.strategy, batch_size=args.batch_size, seed=args.seed,
                        early_stopping=args.early_stopping, resume=args.resume,
@@ -199,7 +204,8 @@ def _run(args) -> int:
                        repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, flush_cache=args.flush_cache,
                        scheduler=args.scheduler, time_budget=args.time_budget, cost_model=args.cost_model,
                        transfer=not args.no_transfer, fallback=args.fallback, builder=args.builder,
-                       runner=args.runner, plot=args.plot, ray=args.ray, target_key=args.target_key)
+                       runner=args.runner, plot=args.plot, ray=args.ray, target_key=args.target_key,
+                       verify_runs=args.verify_runs)
     builder = runner = target = None
     if args.runner == "ray":   # the cluster answers (and has a matching node) before anything is tuned
         from tuner.measure import make_builder, make_runner
@@ -226,26 +232,33 @@ def _run(args) -> int:
     for line in unusable_warnings(reports):
         print(f"tune: warning: {line}", file=sys.stderr)
     nothing_usable = bool(reports) and all(r.best is None for r in reports)
+    for line in verification_lines(reports):
+        print(line)
     est = estimated_latency(reports)
     if args.measure_runs > 0 and target is not None:
         print("end-to-end latency not measured here: the kernels were tuned for the cluster's nodes "
               f"(target {target.key}); run `tune-run` on one of them")
     elif args.measure_runs > 0 and reports and not nothing_usable:
         try:
-            measured = measure_model_latency(graph, db, None, points[0], runs=args.measure_runs,
-                                             fallback=args.fallback, settings=settings)
+            deployed = measure_deployed(graph, db, points[0], runs=args.measure_runs, fallback=args.fallback,
+                                        settings=settings)
         except Exception as e:  # tuning results are stored; a failing model run must not hide that
             print(f"end-to-end latency not measured: {type(e).__name__}: {redact(e)}", file=sys.stderr)
-            measured = None
-        if measured is not None:
-            print(f"end-to-end at {points[0] or 'static shape'}: estimated {_ms(est)} (tuned kernels only), "
-                  f"measured {_ms(measured)} (whole model, median of {args.measure_runs} runs)")
-        if args.log_file and measured is not None:
-            import json
-            import time
-            with open(args.log_file, "a") as f:
-                f.write(json.dumps({"time": time.time(), "event": "model_latency", "estimated": est,
-                                    "measured": measured, "sizes": points[0]}) + "\n")
+            deployed = None
+        if deployed is not None:
+            # the deployed configs' medians alone, plus what the model runs besides its kernels
+            est = deployed_estimate(reports, db, host_target(settings.backend, settings).key, deployed,
+                                    reports.verification)
+            print(f"end-to-end at {points[0] or 'static shape'}: "
+                  f"{agreement_line(est, deployed.tuned_s, deployed.default_s)} (whole model deployed from the "
+                  f"database and untuned, in turn, median of {args.measure_runs} runs)")
+            if args.log_file:
+                import json
+                import time
+                with open(args.log_file, "a") as f:
+                    f.write(json.dumps({"time": time.time(), "event": "model_latency", "estimated": est,
+                                        "measured": deployed.tuned_s, "untuned": deployed.default_s,
+                                        "sizes": points[0]}) + "\n")
     if uncovered and settings.backend != "cpu":
         print(f"{len(uncovered)} subgraph(s) have no {settings.backend} template (they run CPU kernels, or fold or run "
               "as views as on the CPU): " + ", ".join(sorted({str(sg) for sg in uncovered})))

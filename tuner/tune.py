@@ -62,6 +62,8 @@ class TuneOptions:
     plot: str | None = None              # write the convergence plot (PNG) here at the end
     ray: str | None = None               # the Ray cluster of the "ray" stages: "auto" or the head's HOST:PORT
     target_key: str | None = None        # the "ray" runner measures only on nodes of this target key
+    verify_runs: int = 0                 # > 0: after tuning, time each tuned subgraph against its default inside
+                                         # the model this many runs and keep the faster (tuner.verify)
 
 
 @dataclass
@@ -108,11 +110,13 @@ class Timing:
 
 
 class TuneReports(list):
-    """The per-task reports (a list), plus `timing`, `stopped` (why tuning ended) and
-    `order` (the task index of each result, in the order results arrived)."""
+    """The per-task reports (a list), plus `timing`, `stopped` (why tuning ended),
+    `order` (the task index of each result, in the order results arrived) and, after
+    `tune_model` with `verify_runs`, `verification` (`tuner.verify.Verification`)."""
     timing: Timing
     stopped: str = ""
     order: list
+    verification = None
 
 
 def builder_options(opts: TuneOptions, settings: Settings) -> dict:
@@ -582,6 +586,49 @@ def measure_model_latency(model, db, dims=None, sizes: dict | None = None, runs:
     return ts[len(ts) // 2]
 
 
+def measure_deployed(model, db, sizes: dict | None = None, runs: int = 10, seed: int = 0,
+                     fallback: str | None = None, settings: Settings | None = None):
+    """The whole model deployed from `db` (`runtime.load(db=...)`: the configs the in-model
+    check kept) and with default configs, run in turn on the same random inputs after a
+    warm-up run each, so that the load of a shared machine hits both alike: a
+    `tuner.verify.Measured` (medians, and the deployed model's time per kernel workload
+    and outside its kernels)."""
+    import runtime
+    from runtime.cli import random_feeds
+    from tuner.verify import measured_pair
+    settings = resolve(settings)
+    tuned = runtime.load(model, db=db, fallback=fallback, target=settings.backend, settings=settings)
+    default = runtime.load(model, fallback=fallback, target=settings.backend, settings=settings)
+    return measured_pair(tuned, default, random_feeds(tuned.graph, dict(sizes or {}), seed), runs)
+
+
+def verification_lines(reports) -> list[str]:
+    """What the in-model check decided, one line per rejected config plus a summary."""
+    v = getattr(reports, "verification", None)
+    if v is None:
+        return []
+    lines = [f"in-model check ({v.runs} runs, tuned and default configs in turn): {len(v.verdicts)} tuned "
+             f"subgraph workload(s) compared, {len(v.verdicts) - len(v.rejected)} kept, {len(v.rejected)} "
+             "rejected (their default config ran faster inside the model and is deployed instead)"]
+    for x in v.rejected:
+        lines.append(f"  rejected {x.name[:70]}: tuned {_ms(x.tuned_s)} vs default {_ms(x.default_s)} in the model")
+    return lines
+
+
+def agreement_line(estimated: float | None, measured: float, untuned: float | None = None,
+                   tolerance: float = 0.2) -> str:
+    """The estimate vs the measured latency, with a warning when they disagree by more
+    than `tolerance`, and the untuned latency for comparison."""
+    text = f"estimated {_ms(estimated)}, measured {_ms(measured)}"
+    if untuned:
+        text += f", untuned {_ms(untuned)} (tuned/untuned {measured / untuned:.2f})"
+    if estimated:
+        off = estimated / measured - 1.0
+        text += f"; estimate {off:+.0%} off" + (f" (more than {tolerance:.0%}: the kernels ran slower or faster "
+                                                 "in the model than alone)" if abs(off) > tolerance else "")
+    return text
+
+
 def _ms(s: float | None) -> str:
     if s is None:
         return "-"
@@ -616,4 +663,13 @@ def tune_model(model, db: Database, opts: TuneOptions, dims: dict[str, DimRange]
     tasks, uncovered = extract_tasks(graph, points, kind=template_kind(target.kind if target is not None
                                                                       else resolve(settings).backend))
     reports = tune_tasks(tasks, db, opts, target, builder, runner, settings=settings, callbacks=callbacks)
+    if opts.verify_runs > 0 and tasks:
+        settings = resolve(settings)
+        host = host_target(settings.backend, settings)
+        measured_on = target or getattr(runner, "target", None) or host
+        if measured_on.key == host.key:
+            from tuner.verify import store_verdicts, verify_in_model
+            reports.verification = verify_in_model(graph, db, points[0], settings, runs=opts.verify_runs,
+                                                   fallback=opts.fallback, seed=opts.seed)
+            store_verdicts(db, reports.verification, host)
     return graph, points, reports, uncovered

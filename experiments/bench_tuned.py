@@ -1,0 +1,237 @@
+"""Tuned vs untuned vs onnxruntime, end to end, on ResNet-18, BERT-small, ViT-small and a
+MobileNetV2-style CNN, at 1 and 2 threads, in one process.
+
+    python experiments/bench_tuned.py --time-budget 60 [--trials 2000] [--threads 1 2] [--models resnet18 bert ...]
+
+Per model and thread count: `tune_model` (the `tune` command's loop, with its in-model
+check) spends `--trials` or `--time-budget` seconds, whichever ends first, into a fresh
+database; then the model deployed from that database, the untuned model (default
+configs) and onnxruntime run in turn on the same inputs, `--runs` times, at that thread
+count, and their medians are compared. Writes experiments/bench_tuned.md and .png.
+
+Exits 1, with a line naming the model, when the tuned model is slower than the untuned
+one by more than `--tolerance` (the noise of a shared machine) on any model.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.pop("OPENBLAS_CORETYPE", None)   # both slow NumPy's BLAS (FACTS.md); before numpy loads
+os.environ.pop("OPENBLAS_L2_SIZE", None)
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments" / "models"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import numpy as np  # noqa: E402
+
+
+def _models() -> dict:
+    """name -> (label, builder of the ONNX model, dim sizes to tune and run at)."""
+    from make_mobilenet import make_mobilenet
+    from make_vit import make_vit
+    from models import make_bert, make_resnet18
+    return {
+        "resnet18": ("ResNet-18 (64x64 image)", lambda: make_resnet18(image=64), {"batch": 1}),
+        "bert": ("BERT-small (2 layers, hidden 128, seq 32)", lambda: make_bert(layers=2, hidden=128, heads=2, ffn=512),
+                 {"batch": 1, "seq": 32}),
+        "vit": ("ViT-small (4 layers, dim 192, 64x64 image, 16 tokens)", make_vit, {"batch": 1}),
+        "mobilenetv2": ("MobileNetV2-style (5 blocks, 96x96 image)", make_mobilenet, {"batch": 1}),
+    }
+
+
+def machine() -> str:
+    import platform
+    import numba
+    import onnxruntime
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")),
+               platform.processor())
+    load = os.getloadavg()[0]
+    return (f"{cpu}, {len(os.sched_getaffinity(0))} cores available, shared with other work (load average "
+            f"{load:.1f} when the run ended), Python {platform.python_version()}, numba {numba.__version__}, "
+            f"onnxruntime {onnxruntime.__version__}")
+
+
+def compare(tuned, untuned, sess, feeds: dict, runs: int):
+    """The three run in turn, `runs` times after a warm-up each: (tuned measured as
+    `tuner.verify.Measured` with the untuned, onnxruntime median seconds)."""
+    from tuner.verify import measured_pair, step_times
+    for m in (tuned, untuned):
+        m.run(feeds)
+    sess.run(None, feeds)
+    t_tot, t_per, d_tot, d_per, ort = [], [], [], [], []
+    for _ in range(runs):
+        t, steps = step_times(tuned, feeds)
+        t_tot.append(t)
+        t_per.append(steps)
+        t, steps = step_times(untuned, feeds)
+        d_tot.append(t)
+        d_per.append(steps)
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        ort.append(time.perf_counter() - t0)
+    timed = [(t_tot, np.asarray(t_per)), (d_tot, np.asarray(d_per))]
+    return measured_pair(tuned, untuned, feeds, runs, timed), float(np.median(ort))
+
+
+def bench(name: str, label: str, proto, sizes: dict, threads: int, args, work: Path) -> dict:
+    import onnx
+    import onnxruntime as ort
+    from threadpoolctl import threadpool_limits
+    import runtime
+    from codegen import host_target
+    from database import Database
+    from ir.settings import Settings, use
+    from runtime.cli import random_feeds
+    from tuner.tune import TuneOptions, tune_model
+    from tuner.verify import deployed_estimate
+    path = work / f"{name}.onnx"
+    if not path.exists():
+        onnx.save(proto(), path)
+    settings = Settings.from_env().with_(threads=threads)
+    use(settings)
+    db = Database(f"sqlite:///{work / f'{name}_t{threads}.db'}")
+    shapes = {k: [v] for k, v in sizes.items()}
+    opts = TuneOptions(trials=args.trials, time_budget=args.time_budget, verify_runs=args.verify_runs,
+                       progress=False, strategy=args.strategy)
+    t0 = time.perf_counter()
+    with threadpool_limits(threads):
+        graph, points, reports, _ = tune_model(str(path), db, opts, shapes=shapes, settings=settings)
+        tune_s = time.perf_counter() - t0
+        tuned = runtime.load(graph, db=db, settings=settings)
+        untuned = runtime.load(graph, settings=settings)
+        feeds = random_feeds(tuned.graph, dict(points[0]), seed=0)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        measured, ort_s = compare(tuned, untuned, sess, feeds, args.runs)
+        differ = sum(a.kernel is not None and b.kernel is not None and a.kernel.kernel.config != b.kernel.kernel.config
+                     for a, b in zip(tuned.prepare(feeds).steps, untuned.prepare(feeds).steps))
+        ref = sess.run(None, feeds)[0]
+        got = tuned.run(feeds)[tuned.graph.outputs[0]]
+    est = deployed_estimate(reports, db, host_target(settings.backend, settings).key, measured, reports.verification)
+    v = reports.verification
+    timing = reports.timing
+    cov = tuned.coverage(points[0])
+    return {"model": label, "threads": threads, "tuned_ms": measured.tuned_s * 1e3, "untuned_ms": measured.default_s * 1e3,
+            "ort_ms": ort_s * 1e3, "est_ms": est * 1e3 if est else None, "tune_s": tune_s,
+            "candidates": timing.candidates, "per_min": timing.per_minute, "compiles": timing.compiles,
+            "tasks": len(reports), "tasks_measured": sum(r.best is not None for r in reports),
+            "differ": differ, "verdicts": len(v.verdicts) if v else 0, "rejected": len(v.rejected) if v else 0,
+            "coverage": ", ".join(f"{k} {cov.share(k):.0%}" for k in ("tuned", "nearest", "default", "reference")
+                                  if cov.counts.get(k)),
+            "err": float(np.abs(got.astype(np.float64) - ref).max()), "out": float(np.abs(ref).max())}
+
+
+def write_png(rows: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4))
+    x = np.arange(len(rows))
+    for k, (key, lab) in enumerate((("untuned_ms", "untuned"), ("tuned_ms", "tuned"), ("ort_ms", "onnxruntime"))):
+        ax.bar(x + (k - 1) * 0.27, [r[key] / r["ort_ms"] for r in rows], 0.27, label=lab)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(x, [f"{r['model'].split(' (')[0]}\n{r['threads']} thr" for r in rows], fontsize=8)
+    ax.set_ylabel("latency / onnxruntime (lower is better)")
+    ax.set_title("tensortune untuned and tuned vs onnxruntime, end to end, batch 1")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def write_results(rows: list[dict], args, names: list[str], total: float, done: bool) -> list[dict]:
+    """The Markdown table and the PNG of the rows so far; returns the rows where tuned is slower."""
+    out = Path(args.out)
+    # where every deployed config is the default, the two models are the same: a difference is noise
+    slower = [r for r in rows if r["differ"] and r["tuned_ms"] > r["untuned_ms"] * (1 + args.tolerance)]
+    lines = [
+        "# Tuned vs untuned vs onnxruntime, end to end",
+        "",
+        f"Written by `python experiments/bench_tuned.py --time-budget {args.time_budget:g}"
+        f"{' --models ' + ' '.join(names) if args.models else ''}` in {total / 60:.0f} min"
+        f"{'' if done else ' (interrupted: the models not listed did not run)'}. "
+        f"Each model was tuned for at most {args.time_budget:g} s per thread count ({args.trials} trials at most, "
+        f"strategy {args.strategy}), far less than `--trials 2000`: the budget that fitted the time available. "
+        "Tuning runs the in-model check (`tuner.verify`): each tuned subgraph timed inside the model against "
+        "its default config, the faster deployed.",
+        "",
+        f"Machine: {machine()}. The cores were shared with other jobs while this ran: absolute times are noisy; "
+        f"the three runtimes ran in turn ({args.runs} runs each, medians), so their ratios are comparable.",
+        "",
+        "| model | threads | untuned ms | tuned ms | onnxruntime ms | tuned / untuned | tuned / onnxruntime | "
+        "tune estimate ms | estimate / measured | candidates (per min) | tasks measured | rejected in model | "
+        "steps not on the default config | kernels | max abs err |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for r in rows:
+        est = f"{r['est_ms']:.2f} | {r['est_ms'] / r['tuned_ms']:.2f}" if r["est_ms"] else "- | -"
+        lines.append(f"| {r['model']} | {r['threads']} | {r['untuned_ms']:.2f} | {r['tuned_ms']:.2f} | "
+                     f"{r['ort_ms']:.2f} | {r['tuned_ms'] / r['untuned_ms']:.2f} | {r['tuned_ms'] / r['ort_ms']:.2f} | "
+                     f"{est} | {r['candidates']} ({r['per_min']:.0f}) | {r['tasks_measured']}/{r['tasks']} | "
+                     f"{r['rejected']}/{r['verdicts']} | {r['differ']} | {r['coverage']} | {r['err']:.1e} (of {r['out']:.2g}) |")
+    lines += ["", "tune estimate: Σ over tasks of occurrences × the tuner's median (timed alone) of the deployed "
+              "config, plus the model's time outside its kernels measured in the model (`tuner.verify."
+              "deployed_estimate`); a task never measured counts with its in-model time.",
+              "", "Rows whose tuned model deploys only default configs (0 steps not on the default config) compare "
+              "two identical models: their difference is the noise of the machine.",
+              "", "Tuned slower than untuned (beyond the tolerance of "
+              f"{args.tolerance:.0%}): " + (", ".join(f"{r['model']} at {r['threads']} thread(s)" for r in slower)
+                                            if slower else "none.")]
+    out.write_text("\n".join(lines) + "\n")
+    write_png(rows, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    return slower
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--time-budget", type=float, required=True, metavar="SECONDS",
+                    help="tuning seconds per model and thread count")
+    ap.add_argument("--trials", type=int, default=2000)
+    ap.add_argument("--strategy", default="xgb")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--models", nargs="+", default=None, help="of: resnet18 bert vit mobilenetv2 (default all)")
+    ap.add_argument("--runs", type=int, default=20, help="timed runs of each runtime, in turn")
+    ap.add_argument("--verify-runs", type=int, default=10, help="runs of the in-model check after tuning")
+    ap.add_argument("--tolerance", type=float, default=0.10,
+                    help="tuned may exceed untuned by this fraction (measurement noise) before the run fails")
+    ap.add_argument("--work", default=None, help="folder for the models and databases (default: a new temp folder)")
+    ap.add_argument("--out", default=str(ROOT / "experiments" / "bench_tuned.md"))
+    args = ap.parse_args(argv)
+    from ir.settings import Settings, use
+    use(Settings.from_env())
+    models = _models()
+    names = args.models or list(models)
+    unknown = [n for n in names if n not in models]
+    if unknown:
+        print(f"bench_tuned: error: unknown model(s) {unknown} (choose from: {', '.join(models)})", file=sys.stderr)
+        return 2
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench_tuned_"))
+    work.mkdir(parents=True, exist_ok=True)
+    rows, t_start = [], time.perf_counter()
+    for name in names:
+        label, proto, sizes = models[name]
+        for threads in args.threads:
+            r = bench(name, label, proto, sizes, threads, args, work)
+            rows.append(r)
+            print(f"{label} t{threads}: untuned {r['untuned_ms']:.2f} ms, tuned {r['tuned_ms']:.2f} ms "
+                  f"(estimated {r['est_ms'] or float('nan'):.2f}), onnxruntime {r['ort_ms']:.2f} ms; "
+                  f"{r['candidates']} candidates in {r['tune_s']:.0f} s, {r['rejected']}/{r['verdicts']} rejected "
+                  "in the model", flush=True)
+            write_results(rows, args, names, time.perf_counter() - t_start, done=False)
+    slower = write_results(rows, args, names, time.perf_counter() - t_start, done=True)
+    for r in slower:
+        print(f"bench_tuned: FAIL: tuned {r['model']} at {r['threads']} thread(s) is slower than untuned: "
+              f"{r['tuned_ms']:.2f} ms vs {r['untuned_ms']:.2f} ms ({r['tuned_ms'] / r['untuned_ms']:.2f}x)",
+              file=sys.stderr)
+    return 1 if slower else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""In-model verification: the tuned kernels timed where they will run, inside the deployed model.
+
+A candidate is timed alone by the tuner: the same inputs again and again, its weights
+hot in the caches, the other kernels not running. Inside the model each kernel finds
+its weights cold (the layers before it evicted them) and the executor's dispatch
+around it, so a config that wins alone can lose in the model (issue 13: a tuned
+ResNet-18 was slower than the untuned one). This step loads the model twice, with the
+tuned configs and with the default ones, runs both interleaved on the same inputs,
+and compares every tuned subgraph against its default config, step by step. Where the
+default is faster, the tuned config is rejected.
+
+The decision is stored as records of strategy `IN_MODEL` (one per config compared,
+its median the in-model seconds per occurrence): `runtime.choose` deploys the faster
+of them whenever the database's best config is one that was verified, so
+`runtime.load(db=...)` and `build_plan` deploy what this step decided. A new best
+found by a later `tune` is deployed unverified until that run verifies it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from schedules import get_template
+from runtime.choose import DEFAULT, IN_MODEL, NEAREST, TUNED
+
+
+@dataclass
+class Verdict:
+    """One tuned workload compared with its default config inside the model."""
+    workload: object              # ir.workload.Workload
+    template: str
+    template_version: int
+    occurrences: int
+    tuned_config: dict
+    default_config: dict
+    tuned_s: float                # median in-model seconds per occurrence
+    default_s: float
+    tuned_runs: list = field(default_factory=list)
+    default_runs: list = field(default_factory=list)
+
+    @property
+    def kept(self) -> str:
+        """"tuned" unless its default config ran faster inside the model."""
+        return TUNED if self.tuned_s <= self.default_s else DEFAULT
+
+    @property
+    def name(self) -> str:
+        return f"{self.template}:{self.workload.describe()}"
+
+
+@dataclass
+class Measured:
+    """Two models run in turn: end-to-end medians, and of the first its median seconds
+    per occurrence of each kernel workload and outside its kernels (reference and view
+    steps, the executor loop)."""
+    tuned_s: float
+    default_s: float
+    other_s: float
+    in_model: dict                # workload key -> median seconds per occurrence
+    runs: int
+
+
+@dataclass
+class Verification:
+    verdicts: list[Verdict]
+    measured: Measured            # of the model as stored (before the verdicts) and the untuned one
+    runs: int
+
+    @property
+    def rejected(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.kept == DEFAULT]
+
+
+def step_times(model, feeds: dict) -> tuple[float, list[float]]:
+    """(seconds of one run, seconds of each step in it)."""
+    steps = model.prepare(feeds).steps
+    before = [s.seconds for s in steps]
+    t0 = time.perf_counter()
+    model.run(feeds)
+    total = time.perf_counter() - t0
+    return total, [s.seconds - b for s, b in zip(steps, before)]
+
+
+def interleaved(models: list, feeds: dict, runs: int) -> list[tuple[list, np.ndarray]]:
+    """Per model: (end-to-end seconds of each run, [runs x steps] seconds), the models run
+    in turn so that load on a shared machine hits them alike. One warm-up run each first."""
+    for m in models:
+        m.run(feeds)
+    out = [([], []) for _ in models]
+    for _ in range(max(1, runs)):
+        for m, (tot, per) in zip(models, out):
+            t, steps = step_times(m, feeds)
+            tot.append(t)
+            per.append(steps)
+    return [(tot, np.asarray(per)) for tot, per in out]
+
+
+def load_pair(graph, db, settings, fallback: str | None = None):
+    """(model with the database's best configs, ignoring earlier verdicts; model with default configs)."""
+    import runtime
+    from runtime.choose import Chooser
+    tuned = runtime.load(graph, db=db, fallback=fallback, target=settings.backend, settings=settings)
+    tuned.chooser = Chooser(None, tuned.chooser.db, tuned.chooser.target_key, kind=tuned.chooser.kind,
+                            use_verdicts=False)
+    default = runtime.load(graph, fallback=fallback, target=settings.backend, settings=settings)
+    return tuned, default
+
+
+def _kernel_steps(steps) -> dict[str, list[int]]:
+    """workload key -> the indices of the kernel steps that run it."""
+    out: dict[str, list] = {}
+    for k, st in enumerate(steps):
+        if st.kernel is not None:
+            out.setdefault(st.kernel.kernel.workload.key, []).append(k)
+    return out
+
+
+def measured_pair(tuned, default, feeds: dict, runs: int, timed=None) -> Measured:
+    """Run `tuned` and `default` in turn (`interleaved`; `timed`: its result, when already run) and
+    summarize as a `Measured`."""
+    (t_tot, t_per), (d_tot, _) = timed or interleaved([tuned, default], feeds, runs)
+    occurrences = _kernel_steps(tuned.prepare(feeds).steps)
+    cols = [k for idx in occurrences.values() for k in idx]
+    other = np.asarray(t_tot) - t_per[:, cols].sum(axis=1)
+    in_model = {key: float(np.median(t_per[:, idx].sum(axis=1) / len(idx))) for key, idx in occurrences.items()}
+    return Measured(float(np.median(t_tot)), float(np.median(d_tot)), float(np.median(other)), in_model, max(1, runs))
+
+
+def verify_in_model(graph, db, sizes: dict, settings, runs: int = 15, fallback: str | None = None,
+                    seed: int = 0) -> Verification:
+    """Time every tuned subgraph of `graph` at `sizes` against its default config inside
+    the model (see the module docstring); nothing is stored (see `store_verdicts`)."""
+    from runtime.cli import random_feeds
+    tuned, default = load_pair(graph, db, settings, fallback)
+    feeds = random_feeds(tuned.graph, dict(sizes), seed)
+    timed = interleaved([tuned, default], feeds, runs)
+    (_, t_per), (_, d_per) = timed
+    t_steps, d_steps = tuned.prepare(feeds).steps, default.prepare(feeds).steps
+    verdicts = []
+    for idx in _kernel_steps(t_steps).values():
+        ts, ds = t_steps[idx[0]], d_steps[idx[0]]
+        if ts.kind not in (TUNED, NEAREST) or ds.kernel is None or ts.kernel.kernel.config == ds.kernel.kernel.config:
+            continue   # a default config (nothing to compare) or no kernel in the untuned model
+        t_runs = t_per[:, idx].sum(axis=1) / len(idx)   # per occurrence, each run
+        d_runs = d_per[:, idx].sum(axis=1) / len(idx)
+        kt = ts.kernel.kernel
+        verdicts.append(Verdict(kt.workload, kt.template, get_template(kt.template).version, len(idx),
+                                kt.config.to_json(), ds.kernel.kernel.config.to_json(), float(np.median(t_runs)),
+                                float(np.median(d_runs)), [float(x) for x in t_runs], [float(x) for x in d_runs]))
+    return Verification(verdicts, measured_pair(tuned, default, feeds, runs, timed), max(1, runs))
+
+
+def store_verdicts(db, verification: Verification, target) -> int:
+    """One `IN_MODEL` record per config compared (tuned and default) of every verdict, so
+    the chooser deploys the faster; returns how many were stored."""
+    from database import Record
+    recs = []
+    for v in verification.verdicts:
+        wl = v.workload
+        for cfg, med, runs in ((v.tuned_config, v.tuned_s, v.tuned_runs), (v.default_config, v.default_s, v.default_runs)):
+            spread = (max(runs) - min(runs)) / med if runs and med else None
+            recs.append(Record(workload=wl.to_json(), workload_key=wl.key, signature=wl.signature, family=wl.family,
+                               template=v.template, template_version=v.template_version, target=target.describe(),
+                               config=dict(cfg), status="ok", latencies=list(runs), median=med, spread=spread,
+                               strategy=IN_MODEL, flops=wl.flops()))
+    if recs:
+        db.add_many(recs)
+    return len(recs)
+
+
+def deployed_estimate(reports, db, target_key: str, measured: Measured | None = None,
+                      verification: Verification | None = None) -> float | None:
+    """The tuned model's latency as the tuner predicts it: Σ over tasks of occurrences ×
+    the tuner's median (timed alone) of the config that is deployed (the tuned best, or
+    the default where the in-model check rejected it), plus what the model runs besides
+    its kernels (reference and view steps, the executor loop) as `measured` in the model.
+    A task with no measurement of its deployed config counts with its in-model time;
+    None where that is not known either."""
+    rejected = {v.workload.key for v in verification.rejected} if verification else set()
+    in_model = measured.in_model if measured else {}
+    total = 0.0
+    for r in reports:
+        wl = r.task.workload
+        cfg = r.task.template.default_config(wl).to_json() if wl.key in rejected or r.best_config is None \
+            else r.best_config
+        med = _alone_median(db, wl.key, target_key, cfg)
+        if med is None:
+            med = in_model.get(wl.key)
+        if med is None:
+            return None
+        total += r.task.weight * med
+    return total + (measured.other_s if measured else 0.0)
+
+
+def _alone_median(db, workload_key: str, target_key: str, config: dict) -> float | None:
+    """The best median of `config` as the tuner timed it (alone), not the in-model records."""
+    from ir.keys import config_hash
+    h = config_hash(config)
+    meds = [r.median for r in db.records(workload_key=workload_key, target_key=target_key, status="ok")
+            if r.config_hash == h and r.strategy != IN_MODEL and r.median is not None]
+    return min(meds) if meds else None

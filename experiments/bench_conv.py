@@ -4,8 +4,8 @@ Relu) with the conv2d template vs onnxruntime, in the same process, at 1 and 2 t
 Per layer and thread count: the default config (what an untuned model runs) and the best of a
 fixed candidate list (no tuner; the same list for every layer of a kind, <= 64 configs, the
 default among them: see `candidates`). The sweep times each candidate briefly; then the best,
-the default and onnxruntime are timed again interleaved (medians of rounds), and the ratios come
-from that. A few code shapes per kernel geometry are compiled in parallel first.
+the default and onnxruntime are timed again in interleaved rounds, and the ratios come from
+that (fastest batches, and medians beside them: see the results file for why). A few code shapes per kernel geometry are compiled in parallel first.
 
 Run: python experiments/bench_conv.py [--quick] [--only SUBSTR] [--threads 1,2]
 (writes experiments/bench_conv.md and .png)
@@ -75,24 +75,31 @@ def candidates(conv, wl, quick=False) -> list:
     return out
 
 
-def timeit(fn, min_time=0.05, repeat=5):
-    """Median over `repeat` batches of the time per call (batches long enough to time)."""
+def timeit(fn, min_time=0.01, repeat=5, clock=time.perf_counter) -> list:
+    """Times per call of `repeat` batches, each batch long enough (>= min_time / repeat) to time."""
     fn()
     n = 1
     while True:
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(n):
             fn()
-        if time.perf_counter() - t0 >= min_time / repeat or n >= 1000:
+        if clock() - t0 >= min_time / repeat or n >= 1000:
             break
         n *= 2
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(n):
             fn()
-        times.append((time.perf_counter() - t0) / n)
-    return statistics.median(times)
+        times.append((clock() - t0) / n)
+    return times
+
+
+def clock_for(threads: int):
+    """One thread: the calling thread's CPU time (both our kernel and onnxruntime with
+    intra_op_num_threads=1 run on the calling thread), which leaves out the time other processes
+    preempt it for; more threads: wall time."""
+    return time.thread_time if threads == 1 else time.perf_counter
 
 
 def ort_session(c, h, oc, k, s, p, g, w, b, threads):
@@ -149,7 +156,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="2 code shapes x 2 blocks per layer")
     ap.add_argument("--only", default="", help="only layers whose label contains one of these (comma-separated)")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds of best/default/ORT")
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds of best/default/ORT")
     ap.add_argument("--out", default=str(Path(__file__).with_suffix(".md")))
     args = ap.parse_args()
     base = Settings.from_env()
@@ -185,7 +192,7 @@ def main():
                 run = compile_kernel(conv, wl, cfg).bind([None, arrays[1], arrays[2]], backend)
                 run(arrays, out)
                 np.testing.assert_allclose(out, expect, rtol=1e-3, atol=1e-3)
-                runs[cfg] = (timeit(lambda: run(arrays, out), min_time=0.02, repeat=3), run)
+                runs[cfg] = (min(timeit(lambda: run(arrays, out), clock=clock_for(th))), run)
             best = min(runs, key=lambda cf: runs[cf][0])
             default = cands[label][0]
             sess = ort_session(c, h, oc, k, s, p, g, arrays[1], arrays[2], th)
@@ -194,12 +201,15 @@ def main():
             times = {name: [] for name in fns}
             for _ in range(args.rounds):
                 for name, fn in fns.items():
-                    times[name].append(timeit(fn if name == "ort" else (lambda f=fn: f(arrays, out))))
-            med = {name: statistics.median(v) for name, v in times.items()}
+                    times[name] += timeit(fn if name == "ort" else (lambda f=fn: f(arrays, out)), repeat=3,
+                                          clock=clock_for(th))
+            med = {name: min(v) for name, v in times.items()}
+            mid = {name: statistics.median(v) for name, v in times.items()}
             gf = wl.flops() / 1e9
             rows.append(dict(net=net, layer=label, threads=th, mflop=gf * 1e3, ours=med["best"] * 1e3,
                              gflops=gf / med["best"], ort=med["ort"] * 1e3, ort_gflops=gf / med["ort"],
                              best=med["ort"] / med["best"], default=med["ort"] / med["default"],
+                             best_med=mid["ort"] / mid["best"], default_med=mid["ort"] / mid["default"],
                              n=len(cands[label]), cfg=_short(best), dcfg=_short(default)))
             print({k_: (round(v, 3) if isinstance(v, float) else v) for k_, v in rows[-1].items()}, flush=True)
         write(rows, threads_list, args, time.time() - t0, quiet=True)   # partial results survive an interrupted run
@@ -220,17 +230,25 @@ def write(rows, threads_list, args, wall, quiet=False):
              "list (no tuner: the default config plus 6 code shapes x 4 run-time block settings (OCB, PB "
              "in {1, 4}) for convs, 4 tiles x parallel on/off for depthwise; at most 25 configs, so within "
              "the 64-trial budget); *default* = the template's default config, what an untuned model runs. Speed = "
-             "ORT time / our time, both medians of interleaved rounds in the same process, onnxruntime with "
-             "intra_op_num_threads = our threads.", ""]
+             "ORT time / our time, in the same process, onnxruntime with intra_op_num_threads = our threads; "
+             "the sweep keeps each candidate's fastest of 5 batches, then best, default and ORT are timed in "
+             f"{args.rounds} interleaved rounds of 3 batches each. The load average was 10-17 on these 2 cores "
+             "(8 helpers at work): batches are often preempted, so a median measures the scheduler as much as "
+             "the kernel; the speed columns therefore compare the *fastest* batch of each (the least "
+             "disturbed), and the ratios of medians are given beside them. At 1 thread the clock is the calling "
+             "thread's CPU time (both kernels run on that thread), which leaves preemption out; at 2 threads it "
+             "is wall time, and those figures suffer most (a kernel waits for its slowest thread).", ""]
     for th in threads_list:
         sub = [r for r in rows if r["threads"] == th]
         if not sub:
             continue
         lines += [f"## {th} thread{'s' if th > 1 else ''}", "",
-                  "| layer | net | MFLOP | ours ms | ours GFLOP/s | ORT ms | ORT GFLOP/s | speed vs ORT | default vs ORT | best config | default config |",
-                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+                  "| layer | net | MFLOP | ours ms | ours GFLOP/s | ORT ms | ORT GFLOP/s | speed vs ORT | default vs ORT | "
+                  "medians: best, default | best config | default config |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
         lines += [f"| {r['layer']} | {r['net']} | {r['mflop']:.1f} | {r['ours']:.3f} | {r['gflops']:.1f} | {r['ort']:.3f} | "
-                  f"{r['ort_gflops']:.1f} | {r['best']:.2f}x | {r['default']:.2f}x | {r['cfg']} | {r['dcfg']} |" for r in sub]
+                  f"{r['ort_gflops']:.1f} | {r['best']:.2f}x | {r['default']:.2f}x | {r['best_med']:.2f}x, {r['default_med']:.2f}x | "
+                  f"{r['cfg']} | {r['dcfg']} |" for r in sub]
         lines.append("")
         for net in ("ResNet-18", "MobileNetV2"):
             part = [r for r in sub if r["net"] == net]

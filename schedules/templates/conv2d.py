@@ -132,10 +132,16 @@ class Conv2dTemplate(Template):
             return self.space(wl).validate({"algo": "direct", "vec": "oc", "regtile": "4x16",
                                             "order": "oc_px", "parallel": par, "OCB": 1, "PB": 1})
         one = geo["KH"] * geo["KW"] == 1
-        # direct while a row fills the pixel vectors; 1x1 convs and small maps as GEMMs over
-        # the packed plane. 4x16 / 6x16 keep the accumulators in 16 vector registers
-        algo = "im2col" if one or ow < 14 else "direct"
-        return self.space(wl).validate({"algo": algo, "vec": "px", "regtile": "6x16" if one else "4x16",
+        cin = int(wl.inputs[0]["shape"][1])
+        if one and oc <= 32:   # projections to few channels: packing the plane costs more than it saves
+            return self.space(wl).validate({"algo": "direct", "vec": "oc", "regtile": "4x16",
+                                            "order": "oc_px", "parallel": par, "OCB": 1, "PB": 4})
+        # direct while a row fills the pixel vectors; 1x1 convs, strided convs of many channels
+        # and small maps as GEMMs over the packed plane. 4x16 / 6x16 keep the accumulators in
+        # 16 vector registers
+        strided = geo["SW"] > 1 and cin >= 32
+        algo = "im2col" if one or strided or ow < 14 else "direct"
+        return self.space(wl).validate({"algo": algo, "vec": "px", "regtile": "6x16" if one or strided else "4x16",
                                         "order": "oc_px", "parallel": par, "OCB": 1, "PB": 4})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:

@@ -1,8 +1,14 @@
-"""Every distinct ResNet-18 conv (batch 1, 224x224, + bias + Relu) with the conv2d template vs
-onnxruntime, same thread count. Each layer's time is the best of a small config sweep (no tuner):
-a few code shapes (compiled in parallel) x run-time block knobs; median of repeated runs.
+"""Every distinct ResNet-18 conv and the distinct MobileNetV2 convs (batch 1, 224x224, + bias +
+Relu) with the conv2d template vs onnxruntime, in the same process, at 1 and 2 threads.
 
-Run: python experiments/bench_conv.py [--quick]   (writes experiments/bench_conv.md)
+Per layer and thread count: the default config (what an untuned model runs) and the best of a
+fixed candidate list (no tuner; the same list for every layer of a kind, <= 64 configs, the
+default among them: see `candidates`). The sweep times each candidate briefly; then the best,
+the default and onnxruntime are timed again in interleaved rounds, and the ratios come from
+that (fastest batches, and medians beside them: see the results file for why). A few code shapes per kernel geometry are compiled in parallel first.
+
+Run: python experiments/bench_conv.py [--quick] [--only SUBSTR] [--threads 1,2]
+(writes experiments/bench_conv.md and .png)
 """
 from __future__ import annotations
 
@@ -21,49 +27,92 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from codegen import compile_kernel  # noqa: E402
+from codegen.backend import get_backend  # noqa: E402
+from codegen.source import render  # noqa: E402
 from schedules import get_template  # noqa: E402
 from ir.settings import Settings, current, use  # noqa: E402
 from tests.template_cases import conv_wl, precompile  # noqa: E402
 
-# (C, H, OC, kernel, stride, pad): every distinct conv of ResNet-18 at 224x224
-LAYERS = [(3, 224, 64, 7, 2, 3), (64, 56, 64, 3, 1, 1), (64, 56, 128, 3, 2, 1), (64, 56, 128, 1, 2, 0),
-          (128, 28, 128, 3, 1, 1), (128, 28, 256, 3, 2, 1), (128, 28, 256, 1, 2, 0), (256, 14, 256, 3, 1, 1),
-          (256, 14, 512, 3, 2, 1), (256, 14, 512, 1, 2, 0), (512, 7, 512, 3, 1, 1)]
-CODE = [("direct", "4x32", "oc_px"), ("im2col", "4x32", "oc_px"), ("direct", "8x16", "oc_px")]
+# (net, C, H, OC, kernel, stride, pad, groups)
+RESNET18 = [(3, 224, 64, 7, 2, 3), (64, 56, 64, 3, 1, 1), (64, 56, 128, 3, 2, 1), (64, 56, 128, 1, 2, 0),
+            (128, 28, 128, 3, 1, 1), (128, 28, 256, 3, 2, 1), (128, 28, 256, 1, 2, 0), (256, 14, 256, 3, 1, 1),
+            (256, 14, 512, 3, 2, 1), (256, 14, 512, 1, 2, 0), (512, 7, 512, 3, 1, 1)]
+# MobileNetV2 at 224: the stem, every depthwise stride/size seen, and the 1x1 expand/project convs
+MOBILENETV2 = [(3, 224, 32, 3, 2, 1, 1),
+               (32, 112, 32, 3, 1, 1, 32), (96, 112, 96, 3, 2, 1, 96), (144, 56, 144, 3, 1, 1, 144),
+               (144, 56, 144, 3, 2, 1, 144), (192, 28, 192, 3, 1, 1, 192), (192, 28, 192, 3, 2, 1, 192),
+               (384, 14, 384, 3, 1, 1, 384), (576, 14, 576, 3, 1, 1, 576), (576, 14, 576, 3, 2, 1, 576),
+               (960, 7, 960, 3, 1, 1, 960),
+               (32, 112, 16, 1, 1, 0, 1), (16, 112, 96, 1, 1, 0, 1), (24, 56, 144, 1, 1, 0, 1), (144, 56, 24, 1, 1, 0, 1),
+               (32, 28, 192, 1, 1, 0, 1), (192, 28, 32, 1, 1, 0, 1), (64, 14, 384, 1, 1, 0, 1), (384, 14, 64, 1, 1, 0, 1),
+               (576, 7, 160, 1, 1, 0, 1), (160, 7, 960, 1, 1, 0, 1), (960, 7, 320, 1, 1, 0, 1), (320, 7, 1280, 1, 1, 0, 1)]
+LAYERS = [("ResNet-18", *r, 1) for r in RESNET18] + [("MobileNetV2", *r) for r in MOBILENETV2]
+
+# the candidate list: code shapes x run-time blocks (+ the default config)
+CODE = [dict(algo="direct", vec="px", regtile="4x16"), dict(algo="direct", vec="px", regtile="6x16"),
+        dict(algo="direct", vec="px", regtile="4x24"), dict(algo="im2col", vec="px", regtile="4x16"),
+        dict(algo="im2col", vec="px", regtile="6x16"), dict(algo="direct", vec="oc", regtile="4x16")]
+DW_CODE = [dict(algo="depthwise", regtile=t) for t in ("4x8", "2x16", "4x16", "2x32")]
 RUNTIME = [dict(OCB=o, PB=p) for o in (1, 4) for p in (1, 4)]
+DW_RUNTIME = [dict(parallel=True), dict(parallel=False)]
 
 
-def timeit(fn, min_time=0.2, repeat=7):
+def candidates(conv, wl, quick=False) -> list:
+    """The configs swept for `wl`: the default first, then code shapes x blocks (parallel on)."""
+    space, default = conv.space(wl), conv.default_config(wl)
+    dw = space.knobs[0].options == ("depthwise",)
+    code, rt = (DW_CODE, DW_RUNTIME) if dw else (CODE, RUNTIME)
+    if quick:
+        code, rt = code[:2], rt[:2]
+    out = [default]
+    for c in code:
+        for r in rt:
+            cfg = space.validate({**default.to_json(), "order": "oc_px", "parallel": True, **c, **r} if not dw
+                                 else {**default.to_json(), **c, **r})
+            if cfg not in out:
+                out.append(cfg)
+    assert len(out) <= 64
+    return out
+
+
+def timeit(fn, min_time=0.01, repeat=5, clock=time.perf_counter) -> list:
+    """Times per call of `repeat` batches, each batch long enough (>= min_time / repeat) to time."""
     fn()
-    n, t = 1, 0.0
+    n = 1
     while True:
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(n):
             fn()
-        t = time.perf_counter() - t0
-        if t >= min_time / repeat or n >= 1000:
+        if clock() - t0 >= min_time / repeat or n >= 1000:
             break
         n *= 2
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(n):
             fn()
-        times.append((time.perf_counter() - t0) / n)
-    return statistics.median(times)
+        times.append((clock() - t0) / n)
+    return times
 
 
-def ort_session(c, h, oc, k, s, p, w, b, threads):
+def clock_for(threads: int):
+    """One thread: the calling thread's CPU time (both our kernel and onnxruntime with
+    intra_op_num_threads=1 run on the calling thread), which leaves out the time other processes
+    preempt it for; more threads: wall time."""
+    return time.thread_time if threads == 1 else time.perf_counter
+
+
+def ort_session(c, h, oc, k, s, p, g, w, b, threads):
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
-    g = helper.make_graph([helper.make_node("Conv", ["x", "w", "b"], ["y0"], strides=[s, s], pads=[p] * 4),
-                           helper.make_node("Relu", ["y0"], ["y"])], "conv",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    gr = helper.make_graph([helper.make_node("Conv", ["x", "w", "b"], ["y0"], strides=[s, s], pads=[p] * 4, group=g),
+                            helper.make_node("Relu", ["y0"], ["y"])], "conv",
+                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                           [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 17)])
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
@@ -71,65 +120,150 @@ def machine() -> str:
     import numba
     import onnxruntime
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), platform.processor())
-    try:
-        from threadpoolctl import threadpool_info
-        blas = ", ".join(f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture')})" for i in threadpool_info())
-    except ImportError:
-        blas = "threadpoolctl not installed"
-    return (f"{cpu}, {len(os.sched_getaffinity(0))} cores usable, threads used: {current().num_threads}; Python {platform.python_version()}, "
-            f"numba {numba.__version__}, onnxruntime {onnxruntime.__version__}; BLAS: {blas}. "
-            f"Other work shared the cores while this ran: ratios are more reliable than absolute numbers.")
+    flags = next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "")
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return (f"{cpu} ({isa}), {len(os.sched_getaffinity(0))} cores usable; Python {platform.python_version()}, "
+            f"numba {numba.__version__}, onnxruntime {onnxruntime.__version__}. "
+            f"Other work (up to 8 processes) shared the cores while this ran: ratios, measured side by side, "
+            f"are more reliable than absolute numbers.")
+
+
+def plot(rows, threads_list, path: Path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    labels = list(dict.fromkeys(r["layer"] for r in rows))
+    fig, ax = plt.subplots(figsize=(max(10, len(labels) * 0.38), 4.5))
+    width = 0.8 / (2 * len(threads_list))
+    for i, th in enumerate(threads_list):
+        for j, (key, name) in enumerate((("best", "best of list"), ("default", "default config"))):
+            vals = {r["layer"]: r[key] for r in rows if r["threads"] == th}
+            off = (2 * i + j - len(threads_list) + 0.5) * width
+            ax.bar([x + off for x in range(len(labels))], [vals.get(lb, 0) for lb in labels], width,
+                   label=f"{name}, {th} thread{'s' if th > 1 else ''}")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=60, ha="right")
+    ax.set_ylabel("speed vs onnxruntime (higher is better)")
+    ax.set_title("conv2d template vs onnxruntime, ResNet-18 and MobileNetV2 convs, batch 1")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="first code shape and run-time config only")
+    ap.add_argument("--quick", action="store_true", help="2 code shapes x 2 blocks per layer")
+    ap.add_argument("--only", default="", help="only layers whose label contains one of these (comma-separated)")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds of best/default/ORT")
     ap.add_argument("--out", default=str(Path(__file__).with_suffix(".md")))
     args = ap.parse_args()
-    use(Settings.from_env())
+    base = Settings.from_env()
+    use(base)
     conv = get_template("conv2d")
-    threads = current().num_threads
-    code = CODE[:1] if args.quick else CODE
-    runtime = RUNTIME[:1] if args.quick else RUNTIME
-    wls = [conv_wl(1, c, h, h, oc, k=k, s=s, p=p, epi=("relu",)) for c, h, oc, k, s, p in LAYERS]
-
-    def cfg(wl, a, r, o, rt):
-        return conv.space(wl).validate({"algo": a, "regtile": r, "order": o, "parallel": True, **rt})
-
+    threads_list = [int(t) for t in args.threads.split(",")]
+    layers = []
+    for net, c, h, oc, k, s, p, g in LAYERS:
+        label = f"{'dw ' if g > 1 else ''}{c}->{oc} {k}x{k}/{s} @{h}"
+        if not args.only or any(o in label or o == net for o in args.only.split(",")):
+            layers.append((net, label, (c, h, oc, k, s, p, g),
+                           conv_wl(1, c, h, h, oc, k=k, s=s, p=p, g=g, epi=("relu",))))
+    cands = {label: candidates(conv, wl, args.quick) for _, label, _, wl in layers}
     t0 = time.time()
-    precompile("conv2d", [(wl, cfg(wl, *cs, runtime[0])) for wl in wls for cs in code])
-    print(f"compiled in {time.time() - t0:.0f} s", flush=True)
+    pairs, seen = [], set()
+    for _, label, _, wl in layers:
+        for cfg in cands[label]:
+            key = render(conv.lower(wl, cfg).module)   # layers of equal geometry share the code
+            if key not in seen:
+                seen.add(key)
+                pairs.append((wl, cfg))
+    precompile("conv2d", pairs)
+    print(f"compiled {len(pairs)} in {time.time() - t0:.0f} s", flush=True)
     rows = []
-    for (c, h, oc, k, s, p), wl in zip(LAYERS, wls):
+    for net, label, (c, h, oc, k, s, p, g), wl in layers:
         arrays = wl.random_inputs(0)
         out = np.empty(wl.output_shape, np.float32)
-        best = (float("inf"), None)
-        for cs in code:
-            for rt in runtime:
-                kern = compile_kernel(conv, wl, cfg(wl, *cs, rt))
-                run = kern.bind([None, arrays[1], arrays[2]])
+        expect = wl.reference(arrays)
+        for th in threads_list:
+            backend = get_backend(None, base.with_(threads=th))
+            runs = {}
+            for cfg in cands[label]:
+                run = compile_kernel(conv, wl, cfg).bind([None, arrays[1], arrays[2]], backend)
                 run(arrays, out)
-                np.testing.assert_allclose(out, wl.reference(arrays), rtol=1e-3, atol=1e-3)
-                t = timeit(lambda: run(arrays, out))
-                best = min(best, (t, f"{cs[0]} {cs[1]} {cs[2]} OCB={rt['OCB']} PB={rt['PB']}"), key=lambda x: x[0])
-        sess = ort_session(c, h, oc, k, s, p, arrays[1], arrays[2], threads)
-        t_ort = timeit(lambda: sess.run(None, {"x": arrays[0]}))
-        gf = wl.flops() / 1e9
-        rows.append((f"{c}->{oc} {k}x{k}/{s} @{h}", gf * 1e3, best[0] * 1e3, gf / best[0], t_ort * 1e3, gf / t_ort,
-                     t_ort / best[0], best[1]))
-        print(rows[-1], flush=True)
-    ratios = sorted(r[6] for r in rows)
-    med = statistics.median(ratios)
-    lines = ["# conv2d template vs onnxruntime: ResNet-18 convs, batch 1", "", machine(), "",
-             f"Each row: Conv + bias + Relu, the best of {len(code)} code shapes x {len(runtime)} run-time configs "
-             f"(median of 7 repeats), vs onnxruntime (intra_op_num_threads={threads}).", "",
-             "| layer | MFLOP | ours ms | ours GFLOP/s | ORT ms | ORT GFLOP/s | speed vs ORT | best config |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    lines += [f"| {r[0]} | {r[1]:.0f} | {r[2]:.3f} | {r[3]:.1f} | {r[4]:.3f} | {r[5]:.1f} | {r[6]:.2f}x | {r[7]} |" for r in rows]
-    lines += ["", f"Median speed vs onnxruntime over the {len(rows)} layers: **{med:.2f}x** "
-              f"(min {ratios[0]:.2f}x, max {ratios[-1]:.2f}x). Total wall time {time.time() - t0:.0f} s.", ""]
-    Path(args.out).write_text("\n".join(lines))
-    print("\n".join(lines))
+                np.testing.assert_allclose(out, expect, rtol=1e-3, atol=1e-3)
+                runs[cfg] = (min(timeit(lambda: run(arrays, out), clock=clock_for(th))), run)
+            best = min(runs, key=lambda cf: runs[cf][0])
+            default = cands[label][0]
+            sess = ort_session(c, h, oc, k, s, p, g, arrays[1], arrays[2], th)
+            fns = {"best": runs[best][1], "default": runs[default][1],
+                   "ort": lambda: sess.run(None, {"x": arrays[0]})}
+            times = {name: [] for name in fns}
+            for _ in range(args.rounds):
+                for name, fn in fns.items():
+                    times[name] += timeit(fn if name == "ort" else (lambda f=fn: f(arrays, out)), repeat=3,
+                                          clock=clock_for(th))
+            med = {name: min(v) for name, v in times.items()}
+            mid = {name: statistics.median(v) for name, v in times.items()}
+            gf = wl.flops() / 1e9
+            rows.append(dict(net=net, layer=label, threads=th, mflop=gf * 1e3, ours=med["best"] * 1e3,
+                             gflops=gf / med["best"], ort=med["ort"] * 1e3, ort_gflops=gf / med["ort"],
+                             best=med["ort"] / med["best"], default=med["ort"] / med["default"],
+                             best_med=mid["ort"] / mid["best"], default_med=mid["ort"] / mid["default"],
+                             n=len(cands[label]), cfg=_short(best), dcfg=_short(default)))
+            print({k_: (round(v, 3) if isinstance(v, float) else v) for k_, v in rows[-1].items()}, flush=True)
+        write(rows, threads_list, args, time.time() - t0, quiet=True)   # partial results survive an interrupted run
+    write(rows, threads_list, args, time.time() - t0)
+
+
+def _short(cfg) -> str:
+    j = cfg.to_json()
+    if j["algo"] == "depthwise":
+        return f"dw {j['regtile']}{'' if j['parallel'] else ' serial'}"
+    return f"{j['algo']} {j['vec']} {j['regtile']} OCB={j['OCB']} PB={j['PB']}{'' if j['parallel'] else ' serial'}"
+
+
+def write(rows, threads_list, args, wall, quiet=False):
+    lines = ["# conv2d template vs onnxruntime: ResNet-18 and MobileNetV2 convs, batch 1", "", machine(), "",
+             "Each row: Conv + bias + Relu (MobileNetV2's Relu6/none epilogues are replaced by Relu: one "
+             "epilogue for all), batch 1, 224x224 network input. *best* = the fastest of a fixed candidate "
+             "list (no tuner: the default config plus 6 code shapes x 4 run-time block settings (OCB, PB "
+             "in {1, 4}) for convs, 4 tiles x parallel on/off for depthwise; at most 25 configs, so within "
+             "the 64-trial budget); *default* = the template's default config, what an untuned model runs. Speed = "
+             "ORT time / our time, in the same process, onnxruntime with intra_op_num_threads = our threads; "
+             "the sweep keeps each candidate's fastest of 5 batches, then best, default and ORT are timed in "
+             f"{args.rounds} interleaved rounds of 3 batches each. The load average was 10-17 on these 2 cores "
+             "(8 helpers at work): batches are often preempted, so a median measures the scheduler as much as "
+             "the kernel; the speed columns therefore compare the *fastest* batch of each (the least "
+             "disturbed), and the ratios of medians are given beside them. At 1 thread the clock is the calling "
+             "thread's CPU time (both kernels run on that thread), which leaves preemption out; at 2 threads it "
+             "is wall time, and those figures suffer most (a kernel waits for its slowest thread).", ""]
+    for th in threads_list:
+        sub = [r for r in rows if r["threads"] == th]
+        if not sub:
+            continue
+        lines += [f"## {th} thread{'s' if th > 1 else ''}", "",
+                  "| layer | net | MFLOP | ours ms | ours GFLOP/s | ORT ms | ORT GFLOP/s | speed vs ORT | default vs ORT | "
+                  "medians: best, default | best config | default config |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+        lines += [f"| {r['layer']} | {r['net']} | {r['mflop']:.1f} | {r['ours']:.3f} | {r['gflops']:.1f} | {r['ort']:.3f} | "
+                  f"{r['ort_gflops']:.1f} | {r['best']:.2f}x | {r['default']:.2f}x | {r['best_med']:.2f}x, {r['default_med']:.2f}x | "
+                  f"{r['cfg']} | {r['dcfg']} |" for r in sub]
+        lines.append("")
+        for net in ("ResNet-18", "MobileNetV2"):
+            part = [r for r in sub if r["net"] == net]
+            if part:
+                b, d = sorted(r["best"] for r in part), sorted(r["default"] for r in part)
+                lines.append(f"- {net}, {len(part)} layers: best median **{statistics.median(b):.2f}x** "
+                             f"(min {b[0]:.2f}x, max {b[-1]:.2f}x), {sum(x >= 1.0 for x in b)} of {len(b)} >= 1.0x; "
+                             f"default median {statistics.median(d):.2f}x (min {d[0]:.2f}x).")
+        lines.append("")
+    lines += [f"Total wall time {wall:.0f} s (compiles included).", ""]
+    out = Path(args.out)
+    out.write_text("\n".join(lines))
+    plot(rows, threads_list, out.with_suffix(".png"))
+    if not quiet:
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":

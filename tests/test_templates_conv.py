@@ -11,33 +11,62 @@ from schedules import get_template
 from tests.template_cases import check, conv_wl, precompile
 
 CONV = get_template("conv2d")
-# (geometry kwargs, epilogue, code shapes the property test draws from)
+# (geometry kwargs, epilogue, code shapes of ordinary convs, code shapes of depthwise ones)
 GEOMETRIES = [
-    (dict(k=3, s=2, p=1), ("res", "relu"), [("direct", "4x16", "oc_px")]),
-    (dict(k=3, s=1, p=2, d=2), ("chan", "relu"), [("im2col", "4x16", "px_oc")]),
+    (dict(k=3, s=2, p=1), ("res", "relu"),
+     [dict(algo="direct", vec="oc", regtile="4x16"), dict(algo="direct", vec="px", regtile="4x16")],
+     [dict(algo="depthwise", regtile="4x8")]),
+    (dict(k=3, s=1, p=2, d=2), ("chan", "relu"),
+     [dict(algo="im2col", vec="oc", regtile="4x16", order="px_oc"), dict(algo="im2col", vec="px", regtile="4x16")],
+     [dict(algo="depthwise", regtile="2x16")]),
+    (dict(k=1, s=2, p=0), ("relu",), [dict(algo="im2col", vec="px", regtile="4x16")], [dict(algo="depthwise", regtile="4x8")]),
 ]
 
 
-def config(wl, algo, regtile, order, **runtime):
-    base = CONV.default_config(wl).to_json()
-    return CONV.space(wl).validate({**base, "algo": algo, "regtile": regtile, "order": order, **runtime})
+def config(wl, **code):
+    return CONV.space(wl).validate({**CONV.default_config(wl).to_json(), **code})
+
+
+def depthwise_wl(n, c, h, w, mult=1, **kw):
+    return conv_wl(n, c, h, w, c * mult, g=c, **kw)
 
 
 @pytest.fixture(scope="module")
 def compiled():
     pairs = []
-    for geo, epi, shapes in GEOMETRIES:
-        wl = conv_wl(1, 4, 9, 11, 6, epi=epi, **geo)
-        pairs += [(wl, config(wl, *s)) for s in shapes]
+    for geo, epi, shapes, dw_shapes in GEOMETRIES:
+        wl, dw = conv_wl(1, 4, 9, 11, 6, epi=epi, **geo), depthwise_wl(1, 4, 9, 11, epi=epi, **geo)
+        pairs += [(wl, config(wl, **s)) for s in shapes] + [(dw, config(dw, **s)) for s in dw_shapes]
     precompile("conv2d", pairs)
 
 
 def test_space_knobs_and_code_shapes():
     wl = conv_wl(1, 64, 56, 56, 64, epi=("relu",))
     space = CONV.space(wl)
-    assert {k.name for k in space.knobs if k.code_shape} == {"algo", "regtile", "order"}
-    assert len({space.code_key(c) for c in space}) <= 16
+    assert {k.name for k in space.knobs if k.code_shape} == {"algo", "vec", "regtile", "order"}
+    assert len({space.code_key(c) for c in space}) <= 48   # compiles a tuner may need per geometry
+    dw = depthwise_wl(1, 32, 56, 56)
+    assert {k.name for k in CONV.space(dw).knobs if k.code_shape} == {"algo", "regtile"}
     assert CONV.matches(wl) and CONV.matches(conv_wl(1, 8, 7, 7, 8, g=8, bias=False))
+
+
+@pytest.mark.parametrize("wl", [
+    conv_wl(1, 64, 56, 56, 64), conv_wl(1, 64, 56, 56, 128, k=1, s=2, p=0), conv_wl(1, 512, 7, 7, 512),
+    conv_wl(1, 960, 1, 1, 240, k=1, p=0), conv_wl(1, 3, 224, 224, 64, k=7, s=2, p=3),
+    depthwise_wl(1, 32, 112, 112), depthwise_wl(1, 960, 7, 7), depthwise_wl(1, 96, 112, 112, s=2),
+    depthwise_wl(1, 8, 3, 3, mult=2)], ids=lambda wl: "x".join(map(str, wl.inputs[1]["shape"])))
+def test_default_config_is_in_the_space_and_fits_the_shape(wl):
+    cfg = CONV.default_config(wl)
+    assert CONV.space(wl).validate(cfg) == cfg
+    dw = wl.inputs[1]["shape"][1] == 1 and wl.nodes()[0].attrs.get("group", 1) > 1
+    assert (cfg["algo"] == "depthwise") == dw, "depthwise convs get their own schedule"
+    # waking a second thread costs more than a small conv runs
+    assert cfg["parallel"] == (wl.flops() >= 2e6)
+    oh, ow = wl.output_shape[2:]
+    if not dw and oh * ow < 16:
+        assert cfg["vec"] == "oc", "a map of a few pixels cannot fill pixel vectors"
+    if dw:
+        assert int(cfg["regtile"].split("x")[1]) <= max(8, 2 * ow), "the tile's pixels fit a row"
 
 
 def test_dynamic_batch_does_not_shape_the_space():
@@ -45,30 +74,43 @@ def test_dynamic_batch_does_not_shape_the_space():
     assert [k.options for k in CONV.space(a).knobs] == [k.options for k in CONV.space(b).knobs]
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_strided_convs_read_a_phase_split_input():
+    wl = conv_wl(1, 4, 9, 11, 6, k=3, s=2, p=1)
+    launch = CONV.lower(wl, config(wl, algo="direct", vec="px", regtile="4x16")).launch
+    (xp,) = [b for b in launch.workspaces if b.name == "Xp"]
+    assert xp.shape[3] == 2 and xp.shape[4] * 2 >= 11 + 2, "stride 2: two phases of half a padded row each"
+    one = conv_wl(1, 4, 9, 16, 6, k=1, s=1, p=0)
+    assert not CONV.lower(one, config(one, algo="im2col", vec="px", regtile="4x16")).launch.workspaces[:-1], \
+        "an unpadded 1x1 stride-1 conv reads its input in place (only the im2col panel)"
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), geo=st.sampled_from(range(len(GEOMETRIES))), n=st.sampled_from([1, 2]),
        cg=st.sampled_from([1, 3, 5]), groups=st.sampled_from(["1", "2", "depthwise"]),
        ocg=st.sampled_from([1, 7, 17, 33]), h=st.sampled_from([1, 5, 8]), w=st.sampled_from([1, 6, 13]))
 def test_random_shapes_and_configs_match_numpy(compiled, data, geo, n, cg, groups, ocg, h, w):
-    kwargs, epi, shapes = GEOMETRIES[geo]
+    kwargs, epi, shapes, dw_shapes = GEOMETRIES[geo]
     g = {"1": 1, "2": 2, "depthwise": 4}[groups]
     if groups == "depthwise":
-        cg, ocg = 1, 1
-    h, w = max(h, 3 if kwargs.get("p", 0) == 0 else 1), w
+        cg, ocg = 1, data.draw(st.sampled_from([1, 2]))   # with a channel multiplier too
+    h, w = max(h, 3 if kwargs.get("p", 0) == 0 else 1), max(w, 3 if kwargs.get("p", 0) == 0 else 1)
     wl = conv_wl(n, cg * g, h, w, ocg * g, g=g, epi=epi, bias=data.draw(st.booleans()), **kwargs)
     assert CONV.matches(wl)
     space = CONV.space(wl)
     runtime = {k.name: data.draw(st.sampled_from(k.options)) for k in space.knobs if not k.code_shape}
-    check(CONV, wl, config(wl, *data.draw(st.sampled_from(shapes)), **runtime))
+    depthwise = cg == 1 and g > 1   # also groups="2" with one channel per group
+    assert (space.knobs[0].options == ("depthwise",)) == depthwise
+    code = data.draw(st.sampled_from(dw_shapes if depthwise else shapes))
+    check(CONV, wl, config(wl, **code, **runtime))
 
 
 @pytest.mark.slow
 def test_every_code_shape_on_one_odd_shape():
-    wl = conv_wl(1, 5, 9, 11, 37, k=3, s=2, p=1, epi=("res", "relu"))
-    space = CONV.space(wl)
-    reps = {}
-    for cfg in space:
-        reps.setdefault(space.code_key(cfg), cfg)
-    precompile("conv2d", [(wl, c) for c in reps.values()])
-    for cfg in reps.values():
-        check(CONV, wl, cfg)
+    for wl in (conv_wl(1, 5, 9, 11, 37, k=3, s=2, p=1, epi=("res", "relu")), depthwise_wl(1, 5, 9, 11, s=2, p=1)):
+        space = CONV.space(wl)
+        reps = {}
+        for cfg in space:
+            reps.setdefault(space.code_key(cfg), cfg)
+        precompile("conv2d", [(wl, c) for c in reps.values()])
+        for cfg in reps.values():
+            check(CONV, wl, cfg)

@@ -1,24 +1,36 @@
 """Conv2d, NCHW (strides, pads, dilations, groups incl. depthwise) with a fused epilogue.
 
-Convolution as an implicit GEMM: rows are output pixels, columns output channels,
-the reduction runs over K = C/groups * KH * KW. Weights are packed once, at
-prepare time, into `Wp[g, oc_tile, k, 0:NR]` panels (contiguous per k, like
-dense's B panels), and an MR (pixels) x NR (channels) register tile of scalar
-locals is SLP-vectorized along the channels. Two algorithms:
+Convolution as an implicit GEMM over output pixels x output channels, the reduction
+over K = C/groups * KH * KW. Weights are packed once, at prepare time, into
+`Wp[g, oc_tile, k, 0:TC]` panels (TC channels, contiguous per k, like dense's B
+panels); a register tile of scalar locals is SLP-vectorized along one of its axes:
 
-- `direct`: the tile is MR neighbouring pixels of one output row, read straight
-  from the (zero-padded) input: no packing of activations;
-- `im2col`: pixels of the flattened output plane are packed into `Ap[tile, k, 0:MR]`
-  panels first (tiles cross rows, so narrow late layers waste no lanes).
+- `vec="oc"`: MR pixels x NR channels, vectors along the output channels (broadcast
+  pixels, weight panels as vectors); good when there are many channels and few pixels;
+- `vec="px"`: MR channels x NR pixels, vectors along the output pixels, which are
+  contiguous in NCHW: the input is read as vectors and the output stored as vectors
+  (a 1x1 conv is then exactly a dense GEMM over the pixel plane).
 
-Kernel size, strides and dilations are code constants; sizes of the tensors (and
-pads) are run-time arguments, so layers of equal geometry share a compile. Block
-sizes (output-channel tiles and pixel tiles per work item) and threading are
-run-time knobs too.
+Algorithms (`algo`):
 
-The launch: `pack_w` (at prepare for constant weights), `pad` (the input into a
-zero-bordered workspace, when pads or the direct tiles' overrun need one), then
-`conv` (direct), or per (image, group) `pack_a` + `gemm` (im2col).
+- `direct`: the tile's pixels are neighbours in one output row, read straight from
+  the input (no packing of activations);
+- `im2col`: pixels of the flattened output plane are packed into `Ap[tile, k, 0:T]`
+  panels first (tiles cross rows, so narrow late layers waste no lanes; a strided
+  1x1 conv becomes a gather into the panel plus a GEMM);
+- `depthwise` (only for convs with one input channel per group): its own schedule, a
+  rows x pixels tile per output channel, vectors along the pixels, weights as scalars.
+
+Strided convs read a *phase-split* copy of the input: the pad step writes
+`Xp[n, c, ih, phase, j]` = x[n, c, ih - PT, j * SW + phase - PL], so the pixels one
+kernel tap reads for neighbouring outputs are contiguous for every stride (no
+strided gathers in the inner loop). Kernel size, strides and dilations are code
+constants; sizes of the tensors (and pads) are run-time arguments, so layers of
+equal geometry share a compile. Block sizes and threading are run-time knobs.
+
+The launch: `pack_w` (at prepare for constant weights), `pad` (when pads, strides or
+the tiles' overrun need it), then `conv` (direct) or per (image, group) `pack_a` +
+`gemm` (im2col); depthwise is one `conv` step that pads each plane itself.
 """
 from __future__ import annotations
 
@@ -28,13 +40,20 @@ from ir.ops.nn import _concrete_pads
 from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Buffer, Call, In, Launch, Out, Packed, Repeat, Scalar, Table, Var, Work
-from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param
+from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param
 from schedules.microkernel import F0, k_range, register_tile
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
 
-REG_TILES = ("4x16", "8x16", "4x32", "8x32")
+# MR x NR; NR is the vectorized axis (see `vec`). With 16 vector registers (AVX2, or AVX-512
+# with LLVM's prefer-256-bit) 4x16, 6x16 and 4x24 keep 8-12 accumulators in registers; 8x16 and
+# 4x32 need 16 and spill there (3.5x slower, measured), but fit 32 zmm registers
+REG_TILES = ("4x16", "6x16", "4x24", "8x16", "4x32", "8x32")
+DW_TILES = ("4x8", "2x16", "4x16", "2x32")     # depthwise: output rows x pixels of a row
+BLOCKS = (1, 2, 4, 8, 16)
+THREAD_WAKE_FLOPS = 2e6   # below this, a kernel runs single-threaded by default: waking a thread
+                          # (~20 us) costs more than splitting the work saves
 
 
 def _geometry(wl: Workload):
@@ -49,9 +68,19 @@ def _epilogue(wl: Workload) -> Epilogue | None:
     return parse_epilogue(wl, len(wl.ops[0]["in"]), wl.output_shape, channel_axis=1, broadcast_full=True)
 
 
+def _is_depthwise(wl: Workload) -> bool:
+    """One input channel per group (depthwise, possibly with a channel multiplier)."""
+    return int(wl.inputs[1]["shape"][1]) == 1 and int(wl.nodes()[0].attrs.get("group", 1)) > 1
+
+
+def _tile_dims(regtile: str) -> tuple[int, int]:
+    mr, nr = (int(v) for v in regtile.split("x"))
+    return mr, nr
+
+
 class Conv2dTemplate(Template):
     name = "conv2d"
-    version = 1
+    version = 2   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input
 
     def matches(self, wl: Workload) -> bool:
         if not wl.ops or wl.ops[0]["op"] != "Conv" or wl.ops[0]["in"][:2] != ["i0", "i1"]:
@@ -70,81 +99,105 @@ class Conv2dTemplate(Template):
         return _epilogue(wl) is not None
 
     def space(self, wl: Workload) -> ConfigSpace:
+        if _is_depthwise(wl):
+            return ConfigSpace([
+                Knob("algo", ("depthwise",)),
+                Knob("regtile", DW_TILES),
+                Knob("parallel", (True, False), code_shape=False),
+            ])
         return ConfigSpace([
             Knob("algo", ("direct", "im2col")),
+            Knob("vec", ("oc", "px")),
             Knob("regtile", REG_TILES),
             Knob("order", ("oc_px", "px_oc")),
             Knob("parallel", (True, False), code_shape=False),
-            Knob("OCB", (1, 2, 4, 8, 16), code_shape=False),
-            Knob("PB", (1, 2, 4, 8, 16), code_shape=False),
+            Knob("OCB", BLOCKS, code_shape=False),
+            Knob("PB", BLOCKS, code_shape=False),
         ])
 
     def default_config(self, wl: Workload) -> Config:
-        ow = wl.output_shape[3]
-        algo = "direct" if ow >= 28 else "im2col"
-        return self.space(wl).validate({"algo": algo, "regtile": "4x32" if wl.inputs[1]["shape"][0] >= 32 else "4x16",
-                                        "order": "oc_px", "parallel": True, "OCB": 2, "PB": 2})
+        """A per-shape heuristic (measured on ResNet-18 and MobileNetV2 layers, see
+        experiments/bench_conv.md): vectors along the pixels when an output row fills them,
+        im2col (rows packed end to end) on small maps, one thread for small work."""
+        oc, ow = int(wl.inputs[1]["shape"][0]), int(wl.output_shape[3])
+        oh = int(wl.output_shape[2])
+        par = wl.flops() >= THREAD_WAKE_FLOPS
+        if _is_depthwise(wl):
+            sw = _geometry(wl)["SW"]
+            tile = "4x8" if ow <= 8 else "4x16" if ow <= 16 else "2x32" if sw > 1 and ow >= 32 else "2x16"
+            return self.space(wl).validate({"algo": "depthwise", "regtile": tile, "parallel": par})
+        geo = _geometry(wl)
+        P = oh * ow
+        if P < 16:   # a few pixels (squeeze-excite convs, 1x1 maps): vectors along the channels
+            return self.space(wl).validate({"algo": "direct", "vec": "oc", "regtile": "4x16",
+                                            "order": "oc_px", "parallel": par, "OCB": 1, "PB": 1})
+        one = geo["KH"] * geo["KW"] == 1
+        cin = int(wl.inputs[0]["shape"][1])
+        if one and oc <= 32:   # projections to few channels: packing the plane costs more than it saves
+            return self.space(wl).validate({"algo": "direct", "vec": "oc", "regtile": "4x16",
+                                            "order": "oc_px", "parallel": par, "OCB": 1, "PB": 4})
+        # direct while a row fills the pixel vectors; 1x1 convs, strided convs of many channels
+        # and small maps as GEMMs over the packed plane. 4x16 / 6x16 keep the accumulators in
+        # 16 vector registers
+        strided = geo["SW"] > 1 and cin >= 32
+        algo = "im2col" if one or strided or ow < 14 else "direct"
+        return self.space(wl).validate({"algo": algo, "vec": "px", "regtile": "6x16" if one or strided else "4x16",
+                                        "order": "oc_px", "parallel": par, "OCB": 1, "PB": 4})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         geo = _geometry(wl)
         epi = _epilogue(wl)
-        mr, nr = (int(v) for v in cfg["regtile"].split("x"))
-        algo, order = cfg["algo"], cfg["order"]
-        funcs = (_pack_w(nr), _pad())
-        funcs += (_direct(mr, nr, order, geo, epi),) if algo == "direct" else (_pack_im2col(mr, geo), _gemm(mr, nr, order, epi))
-        module = LoopModule(funcs, doc=f"conv2d kernel: {algo} regtile={mr}x{nr} order={order} "
-                            f"kernel={geo['KH']}x{geo['KW']} stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
-                            f"epilogue {[st[0]['op'] for st in epi.steps]}",
-                            meta={"template": f"conv2d v{self.version}"})
+        if cfg["algo"] == "depthwise":
+            return self._lower_depthwise(wl, cfg, geo, epi)
+        mr, nr = _tile_dims(cfg["regtile"])
+        algo, order, vec = cfg["algo"], cfg["order"], cfg["vec"]
+        tc, tp = (nr, mr) if vec == "oc" else (mr, nr)   # channels, pixels per tile
         par, OCB, PB = cfg["parallel"], cfg["OCB"], cfg["PB"]
         G, KH, KW = geo["G"], geo["KH"], geo["KW"]
         N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
         OC = int(wl.inputs[1]["shape"][0])
         OH, OW = (int(d) for d in wl.output_shape[2:])
         Cg, OCg = C // G, OC // G
-        K, n_oct = Cg * KH * KW, -(-OCg // nr)
+        K, n_oct = Cg * KH * KW, -(-OCg // tc)
         n_ob = -(-n_oct // OCB)
 
-        # weights -> Wp[g, oc_tile, k, 0:NR]: depends on the weight shape only, so constant
+        funcs = [_pack_w(tc), _pad(geo["SW"])]
+        # im2col of an unpadded conv gathers straight from the input: no pass that copies it
+        in_place = algo == "im2col" and _reads_in_bounds(wl, geo, OH, OW)
+        funcs.append(_direct(mr, nr, vec, order, geo, epi) if algo == "direct" else _pack_im2col(tp, geo, in_place))
+        if algo == "im2col":
+            funcs.append(_gemm(mr, nr, vec, order, epi))
+        module = LoopModule(tuple(funcs), doc=f"conv2d kernel: {algo} vec={vec} regtile={mr}x{nr} order={order} "
+                            f"kernel={KH}x{KW} stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
+                            f"epilogue {[st[0]['op'] for st in epi.steps]}",
+                            meta={"template": f"conv2d v{self.version}"})
+
+        # weights -> Wp[g, oc_tile, k, 0:TC]: depends on the weight shape only, so constant
         # weights are packed once and shared by every shape of the signature
-        wp = Buffer("Wp", (G, n_oct, K, nr))
+        wp = Buffer("Wp", (G, n_oct, K, tc))
         w_const = wl.inputs[1]["const"]
         pack_w = Call("pack_w", (In(1, (OC, K), "float32"), Packed("Wp") if w_const else Work("Wp"),
                                  Scalar(G), Scalar(OCg), Scalar(K)), items=G * n_oct, parallel=par)
-        tables = {}
-        if len(wl.ops[0]["in"]) == 3:
-            bias = In(2, (OC,), "float32")
-        else:   # one code for convs with and without bias: these add zeros
-            tables["bias0"] = np.zeros(OC, np.float32)
-            bias = Table("bias0")
+        bias, tables = _bias(wl, OC)
         extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
-
-        # the input, zero-padded to what the tiles read (direct tiles run MR pixels past OW)
-        hp = max(H + geo["PT"], (OH - 1) * geo["SH"] + (KH - 1) * geo["DH"] + 1)
-        ow_need = -(-OW // mr) * mr if algo == "direct" else OW
-        wpad = max(W + geo["PL"], (ow_need - 1) * geo["SW"] + (KW - 1) * geo["DW"] + 1)
-        x = In(0, (N, C, H, W), "float32")
-        work, steps = [], []
+        ow_need = -(-OW // tp) * tp if algo == "direct" else OW   # direct tiles run past OW
+        x, work, steps = _padded_input(wl, geo, OH, ow_need, par) if not in_place else \
+            (In(0, (N, C, H, W), "float32"), [], [])
         if not w_const:
-            work.append(wp)
-            steps.append(pack_w)
-        if (hp, wpad) != (H, W) or geo["PT"] or geo["PL"]:
-            work.append(Buffer("Xp", (N, C, hp, wpad)))
-            steps.append(Call("pad", (x, Work("Xp"), *(Scalar(v) for v in (N, C, H, W, hp, wpad, geo["PT"], geo["PL"]))),
-                              items=N * C, parallel=par))
-            x = Work("Xp")
+            work.insert(0, wp)
+            steps.insert(0, pack_w)
         w = pack_w.args[1]
         if algo == "direct":
             steps.append(Call("conv", (x, w, bias, *extras, Out(), *(Scalar(v) for v in (N, C, OC, G, OH, OW, OCB, PB))),
                               items=N * G * n_ob * -(-OH // PB), parallel=par))
         else:
             P = OH * OW
-            n_pt = -(-P // mr)
-            work.append(Buffer("Ap", (n_pt, K, mr)))
+            n_pt = -(-P // tp)
+            work.append(Buffer("Ap", (n_pt, K, tp)))
             per_group = (
                 Call("pack_a", (x, Work("Ap"), Var("n"), Var("g"), Scalar(Cg), Scalar(OW), Scalar(P)),
                      items=n_pt, parallel=par),
-                Call("gemm", (Work("Ap"), w, bias, *extras, Out(), Var("n"), Var("g"),
+                Call("gemm", (Work("Ap"), w, bias, *extras, Out((N, OC, P)), Var("n"), Var("g"),
                               *(Scalar(v) for v in (C, OC, G, OH, OW, OCB, PB))),
                      items=n_ob * -(-n_pt // PB), parallel=par),
             )
@@ -153,17 +206,65 @@ class Conv2dTemplate(Template):
         return Lowered(module, Launch(tuple(steps), prepare=prepare, packed=(wp,) if w_const else (),
                                       workspaces=tuple(work), tables=tables))
 
+    def _lower_depthwise(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
+        mr, nr = _tile_dims(cfg["regtile"])
+        N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
+        OC = int(wl.inputs[1]["shape"][0])
+        OH, OW = (int(d) for d in wl.output_shape[2:])
+        KH, KW = geo["KH"], geo["KW"]
+        module = LoopModule((_depthwise(mr, nr, geo, epi),),
+                            doc=f"conv2d kernel: depthwise regtile={mr}x{nr} kernel={KH}x{KW} "
+                            f"stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
+                            f"epilogue {[st[0]['op'] for st in epi.steps]}",
+                            meta={"template": f"conv2d v{self.version}"})
+        bias, tables = _bias(wl, OC)
+        extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
+        hp, wq = _padded_size(geo, -(-OH // mr) * mr, -(-OW // nr) * nr)
+        step = Call("conv", (In(0, (N, C, H, W), "float32"), In(1, (OC, KH * KW), "float32"), bias, *extras, Out(),
+                             *(Scalar(v) for v in (N, C, OC, H, W, OH, OW, hp, wq, geo["PT"], geo["PL"]))),
+                    items=N * C, parallel=cfg["parallel"])
+        return Lowered(module, Launch((step,), tables=tables))
 
-def _pack_w(nr: int) -> Function:
-    """W[OC, K] (K = C/G * KH * KW) into NR-channel panels Wp[g, oc_tile, k, 0:NR], zeros past
+
+def _bias(wl: Workload, OC: int):
+    if len(wl.ops[0]["in"]) == 3:
+        return In(2, (OC,), "float32"), {}
+    # one code for convs with and without bias: these add zeros
+    return Table("bias0"), {"bias0": np.zeros(OC, np.float32)}
+
+
+def _padded_size(geo: dict, oh_need: int, ow_need: int) -> tuple[int, int]:
+    """Rows and phase-row width of the padded input that tiles covering `oh_need` output rows
+    and `ow_need` pixels of a row read."""
+    return ((oh_need - 1) * geo["SH"] + (geo["KH"] - 1) * geo["DH"] + 1,
+            ow_need + (geo["KW"] - 1) * geo["DW"] // geo["SW"])
+
+
+def _padded_input(wl: Workload, geo: dict, oh_need: int, ow_need: int, par: bool):
+    """The input as the kernels read it, Xp[N, C, HP, SW, WQ] (phase-split, zero-bordered
+    to what the tiles read when they run `oh_need` rows and `ow_need` pixels), and the
+    workspace and `pad` step that make it; a plain view of the input when none is needed."""
+    N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
+    SW = geo["SW"]
+    hp, wq = _padded_size(geo, oh_need, ow_need)
+    if SW == 1 and not geo["PT"] and not geo["PL"] and hp <= H and wq <= W:
+        return In(0, (N, C, H, 1, W), "float32"), [], []
+    work = [Buffer("Xp", (N, C, hp, SW, wq))]
+    pad = Call("pad", (In(0, (N, C, H, W), "float32"), Work("Xp"),
+                       *(Scalar(v) for v in (N, C, H, W, hp, wq, geo["PT"], geo["PL"]))), items=N * C, parallel=par)
+    return Work("Xp"), work, [pad]
+
+
+def _pack_w(tc: int) -> Function:
+    """W[OC, K] (K = C/G * KH * KW) into TC-channel panels Wp[g, oc_tile, k, 0:TC], zeros past
     the group's channels; thread t of T packs panels t, t+T, ..."""
     body = (
-        Assign("n_oct", f"(OCg + {nr - 1}) // {nr}"),
+        Assign("n_oct", f"(OCg + {tc - 1}) // {tc}"),
         For("it", "t", "G * n_oct", step="T", body=(
             Assign("g", "it // n_oct"), Assign("oct", "it % n_oct"),
             For("k", "0", "K", (
-                For("q", "0", str(nr), (
-                    Assign("oc", f"oct * {nr} + q"),
+                For("q", "0", str(tc), (
+                    Assign("oc", f"oct * {tc} + q"),
                     If("oc < OCg", (Assign("Wp[g, oct, k, q]", "W[g * OCg + oc, k]"),),
                        (Assign("Wp[g, oct, k, q]", F0),)),
                 )),
@@ -175,50 +276,74 @@ def _pack_w(nr: int) -> Function:
     return Function("pack_w", params, body)
 
 
-def _pad() -> Function:
-    """X[N, C, H, W] into the workspace Xp[N, C, HP, WP] at offset (PT, PL), every other element
-    zero (a workspace holds garbage when a call starts); thread t of T writes planes t, t+T, ...
-    The row copy goes through views indexed from 0: with `Xp[..., PL + iw]` numba's
-    negative-index wraparound keeps LLVM from vectorizing it (4-6x slower, measured)."""
+def _pad_plane(s: int, dst: str, src: str) -> tuple:
+    """Statements filling the plane `dst` ([HP, S, WQ]) from the input plane `src` ([H, W]):
+    dst[ih, ph, j] = src[ih - PT, j * S + ph - PL], zero outside. Copies go through views
+    indexed from 0: with `dst[..., PL + iw]` numba's negative-index wraparound keeps LLVM
+    from vectorizing them (4-6x slower, measured)."""
+    copy = "srow[jj]" if s == 1 else f"srow[jj * {s}]"
     row = (
-        For("iw", "0", "PL", (Assign("Xp[n, c, ih, iw]", F0),)),
-        Assign("dst", "Xp[n, c, ih, PL:PL + W]"), Assign("src", "X[n, c, h]"),
-        For("iw", "0", "W", (Assign("dst[iw]", "src[iw]"),)),
-        For("iw", "PL + W", "WP", (Assign("Xp[n, c, ih, iw]", F0),)),
+        For("ph", "0", str(s), (
+            Assign("drow", "xpl[ih, ph]"),
+            Assign("j0", f"min(WQ, max(0, (PL - ph + {s - 1}) // {s}))"),
+            Assign("j1", f"max(j0, min(WQ, (W + PL - ph + {s - 1}) // {s}))"),
+            For("j", "0", "j0", (Assign("drow[j]", F0),)),
+            Assign("d", "drow[j0:j1]"), Assign("srow", f"xsrc[h, j0 * {s} + ph - PL:]"),
+            For("jj", "0", "j1 - j0", (Assign("d[jj]", copy),)),
+            For("j", "j1", "WQ", (Assign("drow[j]", F0),)),
+        )),
     )
+    zero = (For("ph", "0", str(s), (For("j", "0", "WQ", (Assign("xpl[ih, ph, j]", F0),)),)),)
+    return (Assign("xpl", dst), Assign("xsrc", src), For("ih", "0", "HP", (
+        Assign("h", "ih - PT"),
+        If("h >= 0 and h < H", row, zero),
+    )))
+
+
+def _pad(s: int) -> Function:
+    """X[N, C, H, W] into the workspace Xp[N, C, HP, S, WQ], phase-split by the stride S (see
+    `_pad_plane`; a workspace holds garbage when a call starts, so every element is written);
+    thread t of T writes planes t, t+T, ..."""
     body = (
         For("p", "t", "N * C", step="T", body=(
             Assign("n", "p // C"), Assign("c", "p % C"),
-            For("ih", "0", "HP", (
-                Assign("h", "ih - PT"),
-                If("h >= 0 and h < H", row, (For("iw", "0", "WP", (Assign("Xp[n, c, ih, iw]", F0),)),)),
-            )),
-        )),
+        ) + _pad_plane(s, "Xp[n, c]", "X[n, c]")),
     )
-    params = (Param("X", "float32[:, :, :, ::1]"), Param("Xp", "float32[:, :, :, ::1]")) + tuple(
-        Param(n, "int64") for n in ("N", "C", "H", "W", "HP", "WP", "PT", "PL", "t", "T"))
+    params = (Param("X", "float32[:, :, :, ::1]"), Param("Xp", "float32[:, :, :, :, ::1]")) + tuple(
+        Param(n, "int64") for n in ("N", "C", "H", "W", "HP", "WQ", "PT", "PL", "t", "T"))
     return Function("pad", params, body)
 
 
-def _tile(mr: int, nr: int, a_load, k_loops, epi: Epilogue, pixel) -> tuple:
-    """The MR x NR register tile (pixels x output channels): B is the weight panel Wk[k, 0:NR]."""
+def _params(epi: Epilogue, first: tuple, out_type: str = "float32[:, :, :, ::1]") -> tuple:
+    return first + (Param("Wp", "float32[:, :, :, ::1]"), Param("bias", "float32[::1]")) \
+        + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", out_type),)
+
+
+def _store_oc(nr: int, epi: Epilogue, pixel: tuple, out: str) -> tuple:
+    """Store of a pixels x channels tile: row r is a pixel (`pixel` sets `ok` and its index)."""
     assigns, result = epi.emit("v", "n * OC + oc", "oh * OW + ow", "e", c="oc")
-    store = pixel + (
+    return pixel + (
         If("ok", (
             For("q", "0", f"min({nr}, OCg - oct * {nr})", (
                 Assign("oc", f"g * OCg + oct * {nr} + q"),
                 Assign("v", "ct[r, q] + bias[oc]"),
-            ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("out[n, oc, oh, ow]", result),)),
+            ) + tuple(Assign(n, e) for n, e in assigns) + (Assign(out, result),)),
         )),
     )
-    return (Assign("Wk", "Wp[g, oct]"),) + register_tile(
-        mr, nr, a_load, lambda q: f"Wk[k, {q}]", k_loops, store,
-        comment=f"{mr}x{nr} register tile (pixels x output channels), SLP-vectorized along channels")
 
 
-def _params(epi: Epilogue, first: tuple) -> tuple:
-    return first + (Param("Wp", "float32[:, :, :, ::1]"), Param("bias", "float32[::1]")) \
-        + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, :, :, ::1]"),)
+def _store_px(mr: int, nr: int, epi: Epilogue, row: str, p0: str, count: str, j: str) -> tuple:
+    """Store of a channels x pixels tile: row r is channel oct*MR + r, its pixels p0 + q are
+    contiguous in `row` (the output row or plane), so the loop over q stores vectors."""
+    assigns, result = epi.emit("v", "n * OC + oc", j, "e", c="oc")
+    return (
+        If(f"oct * {mr} + r < OCg", (
+            Assign("oc", f"g * OCg + oct * {mr} + r"), Assign("bo", "bias[oc]"), Assign("orow", row),
+            For("q", "0", count, (
+                Assign("pq", f"{p0} + q"), Assign("v", "ct[r, q] + bo"),
+            ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[pq]", result),)),
+        )),
+    )
 
 
 def _tile_loops(order: str, px: tuple, body: tuple) -> tuple:
@@ -227,28 +352,43 @@ def _tile_loops(order: str, px: tuple, body: tuple) -> tuple:
     return (For(*outer, body=(For(*inner, body=body),)),)
 
 
-def _direct(mr: int, nr: int, order: str, geo: dict, epi: Epilogue) -> Function:
+def _taps(g: dict, inner: tuple, row: str) -> tuple:
+    """Loops over the kernel window for input row `row` (an expression of kh): per tap, `xq`
+    is the phase of that input row the tap reads and `j0` where the tile's pixels start."""
+    return (For("kh", "0", str(g["KH"]), (
+        Assign("xr", f"Xp[n, ci, {row}]"),
+        Assign("kb", f"(c * {g['KH']} + kh) * {g['KW']}"),
+        For("kw", "0", str(g["KW"]), (
+            Assign("xq", f"xr[(kw * {g['DW']}) % {g['SW']}]"),
+            Assign("j0", f"ow0 + (kw * {g['DW']}) // {g['SW']}"),
+            Assign("k", "kb + kw"),
+        ) + inner),
+    )),)
+
+
+def _direct(mr: int, nr: int, vec: str, order: str, geo: dict, epi: Epilogue) -> Function:
     g = geo
 
     def k_loops(body):
-        return (For("c", "0", "Cg", (
-            Assign("ci", "g * Cg + c"),
-            For("kh", "0", str(g["KH"]), (
-                Assign("xr", f"Xp[n, ci, oh * {g['SH']} + kh * {g['DH']}]"),
-                Assign("kb", f"(c * {g['KH']} + kh) * {g['KW']}"),
-                For("kw", "0", str(g["KW"]), (
-                    Assign("iw", f"ow0 * {g['SW']} + kw * {g['DW']}"),
-                    Assign("k", "kb + kw"),
-                ) + body),
-            )),
-        )),)
+        return (For("c", "0", "Cg", (Assign("ci", "g * Cg + c"),) + _taps(g, body, f"oh * {g['SH']} + kh * {g['DH']}")),)
 
-    pixel = (Assign("ow", "ow0 + r"), Assign("ok", "ow < OW"))
-    tile = (Assign("ow0", f"owt * {mr}"),) + _tile(mr, nr, lambda r: f"xr[iw + {r * g['SW']}]", k_loops, epi, pixel)
+    if vec == "oc":
+        tp = mr
+        store = _store_oc(nr, epi, (Assign("ow", "ow0 + r"), Assign("ok", "ow < OW")), "out[n, oc, oh, ow]")
+        a_load, b_load = (lambda r: f"xq[j0 + {r}]"), (lambda q: f"Wk[k, {q}]")
+        what = f"{mr}x{nr} register tile (pixels x output channels), SLP-vectorized along channels"
+    else:
+        tp = nr
+        store = _store_px(mr, nr, epi, "out[n, oc, oh]", "ow0", f"min({nr}, OW - ow0)", "oh * OW + pq")
+        a_load, b_load = (lambda r: f"Wk[k, {r}]"), (lambda q: f"xq[j0 + {q}]")
+        what = f"{mr}x{nr} register tile (output channels x pixels), SLP-vectorized along pixels"
+    tile = (Assign("ow0", f"owt * {tp}"), Assign("Wk", "Wp[g, oct]")) + register_tile(
+        mr, nr, a_load, b_load, k_loops, store, comment=what)
+    tc = nr if vec == "oc" else mr
     body = (
         Assign("Cg", "C // G"), Assign("OCg", "OC // G"),
-        Assign("n_oct", f"(OCg + {nr - 1}) // {nr}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),
-        Assign("n_owt", f"(OW + {mr - 1}) // {mr}"), Assign("n_hb", "(OH + PB - 1) // PB"),
+        Assign("n_oct", f"(OCg + {tc - 1}) // {tc}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),
+        Assign("n_owt", f"(OW + {tp - 1}) // {tp}"), Assign("n_hb", "(OH + PB - 1) // PB"),
         Alloc("ct", (str(mr), str(nr))),
         For("it", "t", "N * G * n_ob * n_hb", step="T", body=(
             Assign("hb", "it % n_hb"), Assign("rest", "it // n_hb"),
@@ -258,56 +398,131 @@ def _direct(mr: int, nr: int, order: str, geo: dict, epi: Epilogue) -> Function:
                 _tile_loops(order, ("owt", "0", "n_owt"), tile)),
         )),
     )
-    params = _params(epi, (Param("Xp", "float32[:, :, :, ::1]"),)) + tuple(
+    params = _params(epi, (Param("Xp", "float32[:, :, :, :, ::1]"),)) + tuple(
         Param(n, "int64") for n in ("N", "C", "OC", "G", "OH", "OW", "OCB", "PB", "t", "T"))
     return Function("conv", params, body)
 
 
-def _pack_im2col(mr: int, geo: dict) -> Function:
+def _reads_in_bounds(wl: Workload, geo: dict, OH: int, OW: int) -> bool:
+    """No pads, and every output pixel's window lies inside the input."""
+    H, W = (int(d) for d in wl.inputs[0]["shape"][2:])
+    return not geo["PT"] and not geo["PL"] and (OH - 1) * geo["SH"] + (geo["KH"] - 1) * geo["DH"] < H \
+        and (OW - 1) * geo["SW"] + (geo["KW"] - 1) * geo["DW"] < W
+
+
+def _pack_im2col(tp: int, geo: dict, in_place: bool = False) -> Function:
+    """Pixels pt*TP .. pt*TP+TP-1 of the flattened output plane into the panel Ap[pt, k, 0:TP],
+    read from the phase-split padded input, or (`in_place`) from the input X[N, C, H, W] itself
+    with the strides applied here (a strided 1x1 conv: a gather into the GEMM's panel)."""
     g = geo
     K = f"Cg * {g['KH'] * g['KW']}"
+    if in_place:
+        window = (For("kh", "0", str(g["KH"]), (
+            Assign("xr", f"Xp[n, ci, oh * {g['SH']} + kh * {g['DH']}]"),
+            Assign("kb", f"(c * {g['KH']} + kh) * {g['KW']}"),
+            For("kw", "0", str(g["KW"]), (Assign("Ap[pt, kb + kw, r]", f"xr[ow0 * {g['SW']} + kw * {g['DW']}]"),)),
+        )),)
+    else:
+        window = _taps(g, (Assign("Ap[pt, k, r]", "xq[j0]"),), f"oh * {g['SH']} + kh * {g['DH']}")
     body = (
-        Assign("n_pt", f"(P + {mr - 1}) // {mr}"),
+        Assign("n_pt", f"(P + {tp - 1}) // {tp}"),
         For("pt", "t", "n_pt", step="T", body=(
-            For("r", "0", str(mr), (
-                Assign("p", f"pt * {mr} + r"),
+            For("r", "0", str(tp), (
+                Assign("p", f"pt * {tp} + r"),
                 If("p < P", (
-                    Assign("oh", "p // OW"), Assign("ow", "p % OW"),
-                    For("c", "0", "Cg", (
-                        Assign("ci", "g * Cg + c"),
-                        For("kh", "0", str(g["KH"]), (
-                            Assign("ih", f"oh * {g['SH']} + kh * {g['DH']}"),
-                            Assign("kb", f"(c * {g['KH']} + kh) * {g['KW']}"),
-                            For("kw", "0", str(g["KW"]), (
-                                Assign("Ap[pt, kb + kw, r]", f"Xp[n, ci, ih, ow * {g['SW']} + kw * {g['DW']}]"),
-                            )),
-                        )),
-                    )),
+                    Assign("oh", "p // OW"), Assign("ow0", "p % OW"),
+                    For("c", "0", "Cg", (Assign("ci", "g * Cg + c"),) + window),
                 ), (For("k", "0", K, (Assign("Ap[pt, k, r]", F0),)),)),
             )),
         )),
     )
-    params = (Param("Xp", "float32[:, :, :, ::1]"), Param("Ap", "float32[:, :, ::1]")) + tuple(
-        Param(n, "int64") for n in ("n", "g", "Cg", "OW", "P", "t", "T"))
+    params = (Param("Xp", "float32[:, :, :, ::1]" if in_place else "float32[:, :, :, :, ::1]"),
+              Param("Ap", "float32[:, :, ::1]")) + tuple(Param(n, "int64") for n in ("n", "g", "Cg", "OW", "P", "t", "T"))
     return Function("pack_a", params, body)
 
 
-def _gemm(mr: int, nr: int, order: str, epi: Epilogue) -> Function:
-    pixel = (Assign("p", f"pt * {mr} + r"), Assign("ok", "p < P"), Assign("oh", "p // OW"), Assign("ow", "p % OW"))
-    tile = (Assign("Apt", "Ap[pt]"),) + _tile(mr, nr, lambda r: f"Apt[k, {r}]", k_range("0", "K"), epi, pixel)
+def _gemm(mr: int, nr: int, vec: str, order: str, epi: Epilogue) -> Function:
+    if vec == "oc":
+        tp = mr
+        pixel = (Assign("p", f"pt * {mr} + r"), Assign("ok", "p < P"), Assign("oh", "p // OW"), Assign("ow", "p % OW"))
+        store = _store_oc(nr, epi, pixel, "out[n, oc, p]")
+        a_load, b_load = (lambda r: f"Apt[k, {r}]"), (lambda q: f"Wk[k, {q}]")
+        what = f"{mr}x{nr} register tile (pixels x output channels), SLP-vectorized along channels"
+    else:
+        tp = nr
+        store = _store_px(mr, nr, epi, "out[n, oc]", f"pt * {nr}", f"min({nr}, P - pt * {nr})", "pq")
+        a_load, b_load = (lambda r: f"Wk[k, {r}]"), (lambda q: f"Apt[k, {q}]")
+        what = f"{mr}x{nr} register tile (output channels x pixels), SLP-vectorized along pixels"
+    tile = (Assign("Apt", "Ap[pt]"), Assign("Wk", "Wp[g, oct]")) + register_tile(
+        mr, nr, a_load, b_load, k_range("0", "K"), store, comment=what)
+    tc = nr if vec == "oc" else mr
     body = (
         Assign("Cg", "C // G"), Assign("OCg", "OC // G"), Assign("K", "Ap.shape[1]"), Assign("P", "OH * OW"),
-        Assign("n_oct", f"(OCg + {nr - 1}) // {nr}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),
-        Assign("n_pt", f"(P + {mr - 1}) // {mr}"), Assign("n_pb", "(n_pt + PB - 1) // PB"),
+        Assign("n_oct", f"(OCg + {tc - 1}) // {tc}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),
+        Assign("n_pt", f"(P + {tp - 1}) // {tp}"), Assign("n_pb", "(n_pt + PB - 1) // PB"),
         Alloc("ct", (str(mr), str(nr))),
         For("it", "t", "n_ob * n_pb", step="T", body=(
             Assign("pb", "it % n_pb"), Assign("ob", "it // n_pb"),
             *_tile_loops(order, ("pt", "pb * PB", "min(n_pt, pb * PB + PB)"), tile),
         )),
     )
-    params = _params(epi, (Param("Ap", "float32[:, :, ::1]"),)) + tuple(
+    params = _params(epi, (Param("Ap", "float32[:, :, ::1]"),), "float32[:, :, ::1]") + tuple(
         Param(n, "int64") for n in ("n", "g", "C", "OC", "G", "OH", "OW", "OCB", "PB", "t", "T"))
     return Function("gemm", params, body)
+
+
+def _depthwise(mr: int, nr: int, geo: dict, epi: Epilogue) -> Function:
+    """Per input plane (a work item): pad it into a thread-local phase-split buffer (it stays
+    in cache: no separate pass over memory), then per output channel of that plane MR output
+    rows x NR pixels of scalar accumulators, SLP-vectorized along the pixels: each tap loads
+    one weight (a scalar) and MR contiguous input runs."""
+    g = geo
+    acc = [[f"c{r}_{q}" for q in range(nr)] for r in range(mr)]
+    tap = (
+        Assign("wv", f"Wd[oc, kh * {g['KW']} + kw]"),
+        Assign("ph", f"(kw * {g['DW']}) % {g['SW']}"),
+        Assign("j0", f"ow0 + (kw * {g['DW']}) // {g['SW']}"),
+    ) + tuple(Assign(f"x{r}", f"xp[(oh0 + {r}) * {g['SH']} + kh * {g['DH']}, ph]") for r in range(mr)) \
+        + tuple(Assign(f"a{r}_{q}", f"x{r}[j0 + {q}]") for r in range(mr) for q in range(nr)) \
+        + tuple(Assign(acc[r][q], f"wv * a{r}_{q}", "+") for r in range(mr) for q in range(nr))
+    assigns, result = epi.emit("v", "n * OC + oc", "oh * OW + pq", "e", c="oc")
+    store = (
+        Assign("oh", "oh0 + r"),
+        If("oh < OH", (
+            Assign("orow", "out[n, oc, oh]"),
+            For("q", "0", f"min({nr}, OW - ow0)", (
+                Assign("pq", "ow0 + q"), Assign("v", "ct[r, q] + bo"),
+            ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[pq]", result),)),
+        )),
+    )
+    tile = (
+        Assign("ow0", f"owt * {nr}"),
+        *(Assign(acc[r][q], F0) for r in range(mr) for q in range(nr)),
+        Comment(f"{mr}x{nr} depthwise tile (rows x pixels), SLP-vectorized along pixels"),
+        For("kh", "0", str(g["KH"]), (For("kw", "0", str(g["KW"]), tap),)),
+        *(Assign(f"ct[{r}, {q}]", acc[r][q]) for r in range(mr) for q in range(nr)),
+        For("r", "0", str(mr), store),
+    )
+    body = (
+        Assign("OCg", "OC // C"),
+        Assign("n_ht", f"(OH + {mr - 1}) // {mr}"), Assign("n_owt", f"(OW + {nr - 1}) // {nr}"),
+        Alloc("ct", (str(mr), str(nr))), Alloc("xp", ("HP", str(g["SW"]), "WQ")),
+        For("it", "t", "N * C", step="T", body=(
+            Assign("n", "it // C"), Assign("ic", "it % C"),
+        ) + _pad_plane(g["SW"], "xp", "X[n, ic]") + (
+            For("m", "0", "OCg", (
+                Assign("oc", "ic * OCg + m"), Assign("bo", "bias[oc]"),
+                For("ht", "0", "n_ht", (
+                    Assign("oh0", f"ht * {mr}"),
+                    For("owt", "0", "n_owt", tile),
+                )),
+            )),
+        )),
+    )
+    params = (Param("X", "float32[:, :, :, ::1]"), Param("Wd", "float32[:, ::1]"), Param("bias", "float32[::1]")) \
+        + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, :, :, ::1]"),) + tuple(
+        Param(n, "int64") for n in ("N", "C", "OC", "H", "W", "OH", "OW", "HP", "WQ", "PT", "PL", "t", "T"))
+    return Function("conv", params, body)
 
 
 register_template(Conv2dTemplate())

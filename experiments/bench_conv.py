@@ -30,7 +30,7 @@ from codegen import compile_kernel  # noqa: E402
 from codegen.backend import get_backend  # noqa: E402
 from codegen.source import render  # noqa: E402
 from schedules import get_template  # noqa: E402
-from ir.settings import Settings, current, use  # noqa: E402
+from ir.settings import Settings, use  # noqa: E402
 from tests.template_cases import conv_wl, precompile  # noqa: E402
 
 # (net, C, H, OC, kernel, stride, pad, groups)

@@ -214,7 +214,7 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     device = (f"{target.name}, compute capability {target.cc}, {target.sm_count or '?'} SMs, "
               f"numba-cuda {target.numba_cuda}" + (" (simulator)" if simulator() else ""))
-    lines = [f"# cuda backend device check\n", f"Device: {device}. Target key `{target.key}`.\n",
+    lines = ["# cuda backend device check\n", f"Device: {device}. Target key `{target.key}`.\n",
              f"Tuning: xgb, {args.trials} trials / {args.time_budget:.0f} s per problem; "
              f"deployed latency = median of {args.runs} `model.run` calls incl. upload and download.\n",
              "| problem | tasks | trials | tune s | default GFLOP/s | best GFLOP/s | vendor GFLOP/s | best / vendor "

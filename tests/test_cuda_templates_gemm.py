@@ -77,7 +77,28 @@ def test_dense_default_and_sampled_configs_match_numpy(m, k, n, seed):
 def test_dense_without_epilogue_and_double_buffering_over_many_k_slices():
     wl = dense_wl(6, 17, 9, epilogue=())
     check(DENSE, wl, DENSE.space(wl).validate({"BM": 16, "BN": 16, "BK": 4, "TM": 1, "TN": 4, "vec": 2, "unroll": 2,
-                                               "double": True}))
+                                               "double": True, "WN": 4}))
+
+
+def test_warp_tiles_map_threads_one_to_one_and_match_numpy():
+    """WN < threads along N: warps of WN x 32/WN threads tile the block (each (tx, ty) once)."""
+    wl = dense_wl(19, 5, 23)
+    space = DENSE.space(wl)
+    cfg = space.validate({"BM": 32, "BN": 32, "BK": 4, "TM": 4, "TN": 2, "vec": 1, "unroll": 4, "double": False,
+                          "WN": 4})   # 16 x 8 threads, warps of 4 x 8
+    t = Tiling.of(cfg)
+    assert t.warp_tile == (32, 8)
+    env_of = []
+    for tid in range(t.threads):
+        env = {"tid": tid}
+        for a in t.thread_coords():
+            env[a.target] = eval(a.value, {}, env)
+        env_of.append((env["tx"], env["ty"]))
+    assert sorted(env_of) == [(x, y) for x in range(t.tx) for y in range(t.ty)]
+    assert {ty for tx, ty in env_of[:32]} == set(range(8)) and {tx for tx, ty in env_of[:32]} == set(range(4))
+    check(DENSE, wl, cfg)
+    with pytest.raises(ConfigError, match="wider than the block"):
+        space.validate({**cfg.to_json(), "WN": 32})
 
 
 def test_dynamic_batch_shares_one_compile_and_config():
@@ -106,11 +127,12 @@ def test_batch_matmul_broadcast_batch_dims_and_dynamic_batch():
 def test_configs_the_device_cannot_launch_are_pruned():
     wl = dense_wl(2048, 2048, 2048, epilogue=())
     space = DENSE.space(wl)
-    base = {"BK": 8, "vec": 1, "unroll": 1, "double": False}
+    base = {"BK": 8, "vec": 1, "unroll": 1, "double": False, "WN": 32}
     with pytest.raises(ConfigError, match="4096 threads per block"):
         space.validate({**base, "BM": 128, "BN": 128, "TM": 2, "TN": 2})
     with pytest.raises(ConfigError, match="bytes of shared memory"):
-        space.validate({"BM": 128, "BN": 128, "BK": 32, "TM": 8, "TN": 8, "vec": 4, "unroll": 1, "double": True})
+        space.validate({"BM": 128, "BN": 128, "BK": 32, "TM": 8, "TN": 8, "vec": 4, "unroll": 1, "double": True,
+                        "WN": 16})
     with pytest.raises(ConfigError, match="exceeds the k slice"):
         space.validate({**base, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "unroll": 16})
     kept = [Tiling.of(c) for c in space]
@@ -142,7 +164,8 @@ def test_kernels_stage_coalesced_tiles_between_barriers(vec):
     wl = dense_wl(64, 64, 64)
     space = DENSE.space(wl)
     for double in (False, True):
-        cfg = space.validate({"BM": 64, "BN": 64, "BK": 8, "TM": 4, "TN": 4, "vec": vec, "unroll": 8, "double": double})
+        cfg = space.validate({"BM": 64, "BN": 64, "BK": 8, "TM": 4, "TN": 4, "vec": vec, "unroll": 8, "double": double,
+                              "WN": 16})
         body = DENSE.lower(wl, cfg).module.functions[0].body
         warp = [_values(body, ("ar0", "ac0", "br0", "bc0"), tid) for tid in range(32)]
         for side, col, width in (("a", "ac0", 8), ("b", "bc0", 64)):

@@ -13,7 +13,9 @@ of the tile (interleaved, not blocked), so the reads of Bs are conflict-free and
 store instruction of C writes consecutive columns across a warp.
 
 Knobs (all change the code: tile sizes are shared-array shapes): BM, BN (block tile),
-BK, TM, TN (thread tile), `vec` (consecutive elements of a row each thread loads per
+BK, TM, TN (thread tile), WN (warp tile: a warp's 32 threads as WN along N by 32/WN along
+M, so one warp computes a (32/WN*TM) x (WN*TN) tile of C: fewer distinct shared-memory
+words per k for square warp tiles, wider coalesced stores for wide ones), `vec` (consecutive elements of a row each thread loads per
 cooperative load; numba-cuda emits scalar loads either way -- NVVM cannot prove the
 alignment a 64/128-bit load needs -- so vec > 1 trades a warp's one contiguous
 128-byte run per instruction for fewer index computations), `unroll` of the slice's k loop, and
@@ -51,6 +53,7 @@ def gemm_knobs() -> list[Knob]:
         Knob("BM", (16, 32, 64, 128)), Knob("BN", (16, 32, 64, 128)), Knob("BK", (4, 8, 16, 32)),
         Knob("TM", (1, 2, 4, 8)), Knob("TN", (1, 2, 4, 8)),
         Knob("vec", (1, 2, 4)), Knob("unroll", (1, 2, 4, 8, 16, 32)), Knob("double", (False, True)),
+        Knob("WN", (4, 8, 16, 32)),
     ]
 
 
@@ -65,10 +68,27 @@ class Tiling:
     vec: int
     unroll: int
     double: bool
+    wn: int = 32   # warp tile: a warp's threads are WN along N by 32/WN along M
 
     @classmethod
     def of(cls, cfg) -> "Tiling":
-        return cls(*(cfg[k] for k in ("BM", "BN", "BK", "TM", "TN", "vec", "unroll", "double")))
+        return cls(*(cfg[k] for k in ("BM", "BN", "BK", "TM", "TN", "vec", "unroll", "double", "WN")))
+
+    @property
+    def warp_tile(self) -> tuple[int, int]:
+        """(rows, columns) of C one warp computes: (32/WN * TM) x (WN * TN). Its shape decides
+        how many distinct As/Bs words a warp reads per k (WN of Bs, 32/WN of As: the rest are
+        broadcasts) and how wide each warp's stores of C are."""
+        return (32 // self.wn) * self.tm, self.wn * self.tn
+
+    def thread_coords(self) -> tuple:
+        """tx (along N), ty (along M) of thread `tid`: warps tile the block in WN x 32/WN groups."""
+        if self.wn >= self.tx:   # one warp spans whole rows of threads: the row-major order
+            return Assign("tx", f"tid % {self.tx}"), Assign("ty", f"tid // {self.tx}")
+        warps_n, rows = self.tx // self.wn, 32 // self.wn
+        return (Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
+                Assign("tx", f"(warp % {warps_n}) * {self.wn} + lane % {self.wn}"),
+                Assign("ty", f"(warp // {warps_n}) * {rows} + lane // {self.wn}"))
 
     @property
     def tx(self) -> int:          # threads along N
@@ -118,6 +138,10 @@ class Tiling:
             return f"unroll {self.unroll} exceeds the k slice BK={self.bk}"
         if self.threads < 32:
             return f"{self.threads} threads per block: less than a warp"
+        if self.wn > self.tx:   # the same code as WN = the threads along N: one config for it
+            return f"warp tile WN={self.wn} is wider than the block's {self.tx} threads along N"
+        if self.wn < self.tx and (self.tx % self.wn or self.ty % (32 // self.wn)):
+            return f"warp tile {self.wn}x{32 // self.wn} does not tile the {self.tx}x{self.ty} threads of the block"
         return None
 
 
@@ -138,11 +162,12 @@ def gemm_default(space: ConfigSpace, nb: int, M: int, N: int) -> Config:
     """64x64 tiles of 4x4 per thread when the grid still has enough blocks to fill a GPU,
     smaller tiles (more, shorter-lived blocks) for small problems."""
     base = {"BK": 8, "vec": 1, "unroll": 8}
+    # WN = the threads along N: warps span whole rows of the block's threads (row-major)
     if nb * gpu.blocks_for(M, 64) * gpu.blocks_for(N, 64) >= 128:
-        return space.validate({**base, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "double": True})
+        return space.validate({**base, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "double": True, "WN": 16})
     if nb * gpu.blocks_for(M, 32) * gpu.blocks_for(N, 32) >= 64:
-        return space.validate({**base, "BM": 32, "BN": 32, "TM": 2, "TN": 2, "double": True})
-    return space.validate({**base, "BM": 16, "BN": 16, "TM": 2, "TN": 2, "double": False})
+        return space.validate({**base, "BM": 32, "BN": 32, "TM": 2, "TN": 2, "double": True, "WN": 16})
+    return space.validate({**base, "BM": 16, "BN": 16, "TM": 2, "TN": 2, "double": False, "WN": 8})
 
 
 @dataclass(frozen=True)
@@ -260,7 +285,7 @@ def gemm_kernel(name: str, t: Tiling, ops: Operands, epi: Epilogue, params: tupl
         grid += (Assign("bt", "blk // (n_bm * n_bn)"), Assign("blk", "blk % (n_bm * n_bn)")) + ops.batch_setup
     body = grid + (
         Assign("bm0", f"(blk // n_bn) * {t.bm}"), Assign("bn0", f"(blk % n_bn) * {t.bn}"),
-        Assign("tid", "cuda.threadIdx.x"), Assign("tx", f"tid % {t.tx}"), Assign("ty", f"tid // {t.tx}"),
+        Assign("tid", "cuda.threadIdx.x"), *t.thread_coords(),
         Alloc("As", (str(t.buffers), str(t.bk), str(t.bm + t.a_pad)), scope="shared"),
         Alloc("Bs", (str(t.buffers), str(t.bk), str(t.bn)), scope="shared"),
     ) + _cooperative(t, "a", t.bm, t.bk) + _cooperative(t, "b", t.bk, t.bn) \
@@ -291,7 +316,8 @@ def gemm_kernel(name: str, t: Tiling, ops: Operands, epi: Epilogue, params: tupl
 
 
 def tiling_doc(t: Tiling) -> str:
-    return (f"block {t.bm}x{t.bn}, BK={t.bk}, thread tile {t.tm}x{t.tn} ({t.threads} threads), vec={t.vec}, "
+    return (f"block {t.bm}x{t.bn}, BK={t.bk}, thread tile {t.tm}x{t.tn} ({t.threads} threads), "
+            f"warp tile {t.warp_tile[0]}x{t.warp_tile[1]}, vec={t.vec}, "
             f"unroll={t.unroll}, {'double' if t.double else 'single'}-buffered shared memory")
 
 

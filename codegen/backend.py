@@ -122,15 +122,10 @@ class Backend(abc.ABC):
              flush: Callable[[], None] | None = None) -> tuple[list[float], int]:
         """(seconds per call of each repeat, number). `number` None: grow it until one repeat
         lasts `min_repeat_ms`. `flush` (if given) runs before every repeat, outside the timing."""
-        import time
         if number is None:
             number, min_s = 1, min_repeat_ms / 1000.0
             while True:
-                t0 = time.perf_counter()
-                for _ in range(number):
-                    run()
-                self.synchronize()
-                dt = time.perf_counter() - t0
+                dt = self.repeat_seconds(run, number)
                 if dt >= min_s or number >= 1 << 20:
                     break
                 number = max(number * 2, int(number * min_s / max(dt, 1e-9) * 1.1))
@@ -138,12 +133,18 @@ class Backend(abc.ABC):
         for _ in range(repeat):
             if flush is not None:
                 flush()
-            t0 = time.perf_counter()
-            for _ in range(number):
-                run()
-            self.synchronize()
-            lat.append((time.perf_counter() - t0) / number)
+            lat.append(self.repeat_seconds(run, number) / number)
         return lat, number
+
+    def repeat_seconds(self, run: Callable[[], None], number: int) -> float:
+        """Seconds `number` back-to-back calls of `run` take, until the device is done: the
+        host's clock around them here; a GPU backend times them with its events instead."""
+        import time
+        t0 = time.perf_counter()
+        for _ in range(number):
+            run()
+        self.synchronize()
+        return time.perf_counter() - t0
 
 
 _BACKENDS: dict[str, str] = {"cpu": "codegen.cpu:CpuBackend", "cuda": "codegen.cuda:CudaBackend"}

@@ -241,34 +241,18 @@ class CudaBackend(Backend):
         except Exception:
             return 1
 
-    def time(self, run, number, repeat, min_repeat_ms, flush=None):
-        """CUDA events around each repeat (the simulator's events do not time: wall clock there)."""
+    def repeat_seconds(self, run, number: int) -> float:
+        """CUDA events around the calls (the simulator's events do not time: the wall clock there)."""
         if simulator():
-            return super().time(run, number, repeat, min_repeat_ms, flush)
+            return super().repeat_seconds(run, number)
         cuda = _cuda()
-
-        def one(n: int) -> float:
-            start, stop = cuda.event(), cuda.event()
-            start.record()
-            for _ in range(n):
-                run()
-            stop.record()
-            stop.synchronize()
-            return start.elapsed_time(stop) / 1000.0
-
-        if number is None:
-            number, min_s = 1, min_repeat_ms / 1000.0
-            while True:
-                dt = one(number)
-                if dt >= min_s or number >= 1 << 16:
-                    break
-                number = max(number * 2, int(number * min_s / max(dt, 1e-9) * 1.1))
-        lat = []
-        for _ in range(repeat):
-            if flush is not None:
-                flush()
-            lat.append(one(number) / number)
-        return lat, number
+        start, stop = cuda.event(), cuda.event()
+        start.record()
+        for _ in range(number):
+            run()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop) / 1000.0
 
 
 def check_available(settings=None) -> None:

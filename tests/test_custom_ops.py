@@ -46,7 +46,7 @@ def test_tune_cli_tunes_a_custom_op_and_runtime_deploys_it(tmp_path, capsys):
     assert rc == 0, out
     assert "SoftCap" in out and "no template" not in out
     from database import Database
-    records = Database(url).records(template="softcap")
+    records = [r for r in Database(url).records(template="softcap") if r.strategy != "in-model"]   # tune's own check
     assert len(records) == 4 and all(r.status == "ok" for r in records), [r.error for r in records]
     cm = runtime.load(str(path), db=url, plugins=[PLUGIN])
     x = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32) * 8

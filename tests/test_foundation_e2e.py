@@ -35,7 +35,8 @@ def test_identical_layers_make_one_task(tuned):
     url, _ = tuned
     db = Database(url)
     assert len(db.workloads()) == 1
-    assert db.stats()["records"] == 6
+    measured = [r for r in db.records() if r.strategy != "in-model"]   # less the in-model check's verdicts
+    assert len(measured) == 6 and db.stats()["records"] >= 6
     best = db.best_per_workload()
     assert len(best) == 1 and best[0].status == "ok"
 

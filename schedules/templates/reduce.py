@@ -107,6 +107,12 @@ def _input_mode(shape, xshape, L: int):
     return "full"  # materialized by broadcasting at launch
 
 
+def _row_inputs(wl: Workload, k: int) -> list[str]:
+    """The workload inputs the row loop reads: the prologue's before op k, or op k's own input."""
+    return sorted({r for o in wl.ops[:k] for r in o["in"] if r.startswith("i")} |
+                  ({wl.ops[k]["in"][0]} if k == 0 else set()), key=lambda r: int(r[1:]))
+
+
 class ReduceTemplate(Template):
     name = "reduce"
     version = 2
@@ -134,8 +140,7 @@ class ReduceTemplate(Template):
         k, rows, L, inner = _anchor(wl)
         op = wl.ops[k]
         xshape = _x_shape(wl, k)
-        refs = sorted({r for o in wl.ops[:k] for r in o["in"] if r.startswith("i")} |
-                      ({op["in"][0]} if k == 0 else set()), key=lambda r: int(r[1:]))
+        refs = _row_inputs(wl, k)
         modes = {r: _input_mode(wl.inputs[int(r[1:])]["shape"], xshape, L) for r in refs}
         params = {r: f"x{r[1:]}" for r in refs}
         lanes, cache = cfg["lanes"], cfg["cache"]

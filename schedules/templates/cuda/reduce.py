@@ -39,7 +39,9 @@ from schedules.loopnest import UNROLLED, Alloc, Assign, Call as Stmt, For, Funct
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
-from schedules.templates.reduce import REDUCE_OPS, ROW_OPS, ReduceTemplate, _anchor, _input_mode, _norm_shape, _x_shape
+from schedules.templates.elementwise import _strides
+from schedules.templates.reduce import (REDUCE_OPS, ROW_OPS, ReduceTemplate, _anchor, _input_mode, _norm_shape, _row_inputs,
+                                       _x_shape)
 
 _CPU = ReduceTemplate()   # its `matches` says which workloads the family covers (not registered twice)
 FULL = "0xffffffff"
@@ -47,14 +49,6 @@ F0, F1 = "np.float32(0.0)", "np.float32(1.0)"
 IDENTITY = {"sum": F0, "max": "np.float32(-np.inf)", "min": "np.float32(np.inf)"}
 COMBINE = {"sum": "{a} + {b}", "max": "max({a}, {b})", "min": "min({a}, {b})"}
 UNSUPPORTED_PROLOGUE = {"Floor", "Ceil", "Round"}   # their CPU expressions use ufuncs numba-cuda lacks
-
-
-def _strides(shape):
-    out, s = [], 1
-    for d in reversed(shape):
-        out.insert(0, s)
-        s *= d
-    return out
 
 
 def _broadcast_index(flat: str, full, shape) -> str:
@@ -149,8 +143,7 @@ class CudaReduceTemplate(Template):
         k, rows, L, inner = _anchor(wl)
         op = wl.ops[k]
         xshape = _x_shape(wl, k)
-        refs = sorted({r for o in wl.ops[:k] for r in o["in"] if r.startswith("i")} |
-                      ({op["in"][0]} if k == 0 else set()), key=lambda r: int(r[1:]))
+        refs = _row_inputs(wl, k)
         kind = op["op"] if op["op"] in ROW_OPS else REDUCE_OPS[op["op"]]
         res = self.resources(wl, cfg)
         xs = tuple(In(int(r[1:]), (math.prod(wl.inputs[int(r[1:])]["shape"]),), "float32") for r in refs)

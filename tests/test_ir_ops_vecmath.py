@@ -91,3 +91,33 @@ def test_the_loop_vectorizes(kernel):
     ir = next(iter(kernel.inspect_llvm().values()))
     assert "<8 x float>" in ir or "<16 x float>" in ir
     assert "@llvm.exp" not in ir and "expf" not in ir and "tanhf" not in ir   # no libm call per element
+
+
+def test_exp2_for_softmax_rows():
+    """exp2_build (softmax's e^(v - m) as 2^(v log2 e - m log2 e)): a few ulps on [-126, 0], the
+    least normal float32 below (it stands for 0 there), vectorized."""
+    import numba
+    import codegen.build  # noqa: F401
+    from ir.ops.elementwise import exp2_build
+    stmts = []
+
+    def bind(e):
+        stmts.append((f"t{len(stmts)}", e))
+        return stmts[-1][0]
+    r = exp2_build(bind, "v")
+    src = ("def f(x, out):\n    for i in range(x.shape[0]):\n        v = x[np.uint64(i)]\n"
+           + "".join(f"        {a} = {b}\n" for a, b in stmts) + f"        out[np.uint64(i)] = {r}\n")
+    ns = {"np": np}
+    exec(src, ns)
+    fn = numba.njit("void(float32[::1], float32[::1])", fastmath=set(Function("f", (), ()).fastmath),
+                    error_model="numpy")(ns["f"])
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.uniform(-1, 0, 50_000), rng.uniform(-126, 0, 50_000), [0.0, -0.5, -126.0, -200.0]])
+    x = x.astype(np.float32)
+    got = np.empty_like(x)
+    fn(x, got)
+    ref = np.exp2(x.astype(np.float64))
+    normal = x >= -126
+    assert (np.abs(got[normal] - ref[normal]) / ref[normal]).max() < 2e-7
+    assert got[-4] == 1 and got[-1] == np.float32(2.0 ** -126)
+    assert "<8 x float>" in next(iter(fn.inspect_llvm().values())) or "<16 x float>" in next(iter(fn.inspect_llvm().values()))

@@ -79,3 +79,22 @@ def test_row_exp_is_a_polynomial_with_unsigned_indices(op):
     src = render(RED.lower(wl, cfg(wl, 8, True)).module)
     assert "math.exp" not in src and src.count("math.log") == (op == "LogSoftmax")
     assert "x0[np.uint64(base + c" in src and "x0[base" not in src
+
+
+def test_default_lanes_are_two_vectors_and_at_most_the_row():
+    """The default splits long rows' reductions over two vectors of partial results (one
+    vector's add latency bounded LayerNorm), short rows over no more lanes than they have."""
+    from schedules.microkernel import vector_shape
+    from schedules.templates.reduce import default_lanes
+    v = vector_shape()[0]
+    assert RED.default_config(softmax((4, 1024)))["lanes"] == default_lanes(1024) == 2 * v
+    assert default_lanes(5) == 4 and default_lanes(1) == 1
+    assert default_lanes(1024, {"vector_bits": 512}) == 32
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_long_rows_with_the_default_lanes_and_a_tail(op):
+    """Rows longer than the lanes with a remainder (100 = 6 x 16 + 4), wide inputs: the
+    exp2 polynomial's argument reduction and the lane tails."""
+    wl = softmax((3, 100), op)
+    check(RED, wl, RED.default_config(wl))

@@ -116,8 +116,12 @@ _unary("Reciprocal", lambda n, x: 1 / x, lambda n, a: f"({f32(1)} / {a[0]})", 4)
 # caller), `op_assigns` binds it to a temporary (shorter code and faster compiles where a
 # template emits statements). An argument `x` may be repeated: pass names or plain loads.
 LOG2E, LN2_HI, LN2_LO = 1.4426950408889634, 0.693359375, -2.12194440e-4   # ln 2 = LN2_HI + LN2_LO
-_EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
-          5.0000001201e-1)   # Cephes expf: e^r = 1 + r + r^2 p(r) on |r| <= ln(2)/2
+# e^r = 1 + r p(r) on |r| <= ln(2)/2 and 2^f = 1 + f q(f) on |f| <= 1/2: degree-5 minimax fits for the
+# relative error (9.1e-8 before float32 rounding; Cephes' degree-7 expf: 2 FMAs more per element)
+_EXP_P = (8.290315046906471e-3, 4.189793020486832e-2, 1.666763573884964e-1, 4.999915063381195e-1,
+          9.999997019767761e-1)
+_EXP2_P = (1.326472731307149e-3, 9.671512991189957e-3, 5.550733581185341e-2, 2.4022242426872253e-1,
+           6.931470036506653e-1)
 _LOG_P = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
           -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)   # Cephes logf
 # tanh as a clamped odd/even rational polynomial (Eigen's float tanh): +-1 beyond +-7.9053
@@ -131,7 +135,10 @@ _ERF_P = (-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04, -
 _ERF_Q = (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03, -2.13374055278905e-04,
           -1.45660718464996e-05)
 _I, _INF = "np.int32", "np.float32(np.inf)"
-_ROUND, _ROUND_BITS = 12582912.0, 0x4B400000   # 1.5 * 2^23 and its float32 bits
+# Adding 1.5 * 2^23 (+ 127, the exponent bias) rounds a float to an integer held in the low
+# mantissa bits: shifted left by 23 they are the exponent field of 2^n (the constant's own bits
+# there shift out)
+_ROUND, _ROUND_BITS = 12582912.0 + 127, 0x4B400000 + 127
 
 
 def _inline(expr: str) -> str:
@@ -154,21 +161,37 @@ def _pow2(bind, k: str) -> str:
             f"{_I}(({k} - {h} + {_I}(127)) << {_I}(23)).view(np.float32)")
 
 
+def _scale_by_pow2(bind, p: str, t: str, normal: bool) -> str:
+    """p * 2^n for n rounded into t (t = x + _ROUND, see above). `normal`: n in [-126, 127], one
+    shift; else n in [-150, 128] as a product of two powers (subnormal results, overflow to inf)."""
+    if normal:
+        return f"{p} * {_I}(np.float32({t}).view(np.int32) << {_I}(23)).view(np.float32)"
+    return f"{p} * {_pow2(bind, bind(f'np.float32({t}).view(np.int32) - {_I}({_ROUND_BITS})'))}"
+
+
 def exp_build(bind, x: str, lo: float = -104.0, hi: float | None = 89.0) -> str:
     """e^x = 2^n e^r, n = round(x / ln 2), r = x - n ln 2 (ln 2 in two parts); x is clamped to
     [lo, hi] (e^-104 is 0 in float32, e^89 inf). hi=None: the caller knows x <= 0 (softmax).
-    n is rounded by adding 1.5 * 2^23 (its low mantissa bits then hold n: no round/convert
-    instructions); this needs fastmath without `reassoc`, which would fold (t + M) - M to t.
-    Within [-87.3, 88.3] 2^n is one normal number (fewer instructions per element)."""
+    n is rounded by adding `_ROUND` (no round/convert instructions); this needs fastmath
+    without `reassoc`, which would fold (t + M) - M to t. Within [-87.3, 88.3] 2^n is one
+    normal number (fewer instructions per element)."""
     c = f"max({x}, {f32(lo)})"
     c = bind(f"np.float32({c if hi is None else f'min({c}, {f32(hi)})'})")   # float32 math, whatever x is
     t = bind(f"{c} * {f32(LOG2E)} + {f32(_ROUND)}")
     n = bind(f"{t} - {f32(_ROUND)}")
     r = bind(f"{c} - {n} * {f32(LN2_HI)} - {n} * {f32(LN2_LO)}")
-    p = f"({_horner(_EXP_P, r)} * {r} * {r} + {r} + {f32(1)})"
-    if lo >= -87.3 and (hi is None or hi <= 88.3):
-        return f"{p} * {_I}((np.float32({t}).view(np.int32) + {_I}({127 - _ROUND_BITS})) << {_I}(23)).view(np.float32)"
-    return f"{p} * {_pow2(bind, bind(f'np.float32({t}).view(np.int32) - {_I}({_ROUND_BITS})'))}"
+    p = f"({_horner(_EXP_P, r)} * {r} + {f32(1)})"
+    return _scale_by_pow2(bind, p, t, lo >= -87.3 and (hi is None or hi <= 88.3))
+
+
+def exp2_build(bind, x: str, lo: float = -126.0) -> str:
+    """2^x for x <= 0 (clamped to lo >= -126: 2^-126 is the least normal float32): n = round(x),
+    2^x = 2^n 2^(x - n). Softmax computes e^(v - m) as 2^(v log2(e) - m log2(e)), one FMA
+    for the argument, where e^x needs a subtraction, a multiply and two FMAs to reduce it."""
+    c = bind(f"np.float32(max({x}, {f32(max(lo, -126.0))}))")
+    t = bind(f"{c} + {f32(_ROUND)}")
+    f = bind(f"{c} - ({t} - {f32(_ROUND)})")
+    return _scale_by_pow2(bind, f"({_horner(_EXP2_P, f)} * {f} + {f32(1)})", t, True)
 
 
 def tanh_build(bind, x: str) -> str:

@@ -184,3 +184,35 @@ def test_yolo_style_neck_runs_on_compiled_kernels_at_two_shapes():
     cov = m.coverage()
     assert cov.share("reference") == 0 and cov.share("view") == 0, str(cov)
     assert any("Resize + Concat" in s.name for p in m._programs.values() for s in p.steps if s.kernel is not None)
+
+
+@pytest.mark.parametrize("attrs,factors,then", [
+    ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}, (2, 2), None),
+    ({"mode": "nearest", "coordinate_transformation_mode": "half_pixel", "nearest_mode": "round_prefer_ceil"}, (1, 3), "Sigmoid"),
+    ({"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, (2, 2), "Add"),
+    ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, (2, 2), None),   # not periodic: tables
+    ({"mode": "cubic", "coordinate_transformation_mode": "pytorch_half_pixel"}, (2, 3), None),
+])
+def test_integer_scale_factors_read_the_last_axis_in_closed_form(attrs, factors, then):
+    """Integer upscaling of the last axis (YOLO/UNet 2x): the rows' interior reads input j + offset
+    with constant weights (a loop LLVM vectorizes), the edge columns through the tables; both agree
+    with the reference, also with an op fused after the Resize (Add reads its input at j)."""
+    from codegen.source import render
+    x = np.random.default_rng(3).standard_normal((1, 2, 5, 19)).astype(np.float32)
+    scales = np.array([1, 1, *factors], np.float32)
+    roi = np.zeros(0, np.float32)
+    ops = [("Resize", ["i0", "i1", "i2"], attrs)]
+    inputs = [(x.shape, "float32", False), ((0,), "float32", True), ((4,), "float32", True)]
+    arrays = [x, roi, scales]
+    if then == "Add":
+        out_w = 19 * factors[1]
+        ops.append(("Add", ["t0", "i3"], {}))
+        inputs.append(((out_w,), "float32", False))
+        arrays.append(np.arange(out_w, dtype=np.float32))
+    elif then:
+        ops.append((then, ["t0"], {}))
+    wl = make_wl(ops, inputs, arrays)
+    cfg = EW.space(wl).validate({**EW.default_config(wl).to_json(), "vector": "last"})
+    closed = "for jx in range(" in render(EW.lower(wl, cfg).module)
+    assert closed == (attrs["coordinate_transformation_mode"] != "align_corners")
+    check(EW, wl, cfg, arrays=arrays)

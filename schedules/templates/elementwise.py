@@ -23,6 +23,7 @@ input is read at the output's flat index or is a scalar, otherwise the same as
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -122,6 +123,8 @@ class _Emitter:
         self.row_pre: list[Assign] = []   # loads that depend on the row only (the `last` path): hoisted
         self.branch = 0                   # > 0 inside a Concat branch: nothing there may be hoisted
         self.n_tmp = 0
+        self.closed: dict = {}            # Resize op -> `_closed_form` of its last axis, used while
+        self.phase: int | None = None     # `phase` is set: output s * jx + phase, read at jx + offset
 
     def dtype(self, ref: str) -> str:
         return self.types[ref][1]
@@ -266,11 +269,20 @@ class _Emitter:
         spec = rz.spec_of(n)
         axes = [a for a, p in enumerate(plan) if p is not None]
 
+        closed = self.closed.get(k) if self.phase is not None else None
+
         def taps(sub, rest):
             if not rest:
                 return self.load(src, sub)
             a, T = rest[0], plan[rest[0]]
             parts = []
+            if closed is not None and a == len(shape) - 1:   # the inner loop's axis, in closed form
+                for t in range(T):
+                    off = closed.offset[self.phase][t]
+                    inner = taps(sub[:a] + [f"jx + {off}" if off > 0 else f"jx - {-off}" if off else "jx"] + sub[a + 1:],
+                                 rest[1:])
+                    parts.append(inner if spec.mode == "nearest" else f"{literal(closed.weight[self.phase][t], 'float32')} * {inner}")
+                return "(" + " + ".join(parts) + ")"
             for t in range(T):
                 pos = f"({idx[a]}) * {T} + {t}" if T > 1 else idx[a]
                 src_index = self.hoisted(_at(f"rzi{k}_{a}", pos), idx[a])
@@ -328,7 +340,7 @@ def _check(wl: Workload):
 
 class ElementwiseTemplate(Template):
     name = "elementwise"
-    version = 3
+    version = 4
 
     def matches(self, wl: Workload) -> bool:
         return _check(wl) is not None
@@ -377,6 +389,27 @@ class ElementwiseTemplate(Template):
             idx = [f"o{a}" for a in range(R - 1)] + ["j"]
             value = em.load(last, idx)
             inner = (*em.pre, Assign(_at("out", "base + j"), value))
+            row_loops = _inner("j", "0", str(out_shape[-1]), inner, unroll)
+            # one Resize whose output is the kernel's (only elementwise ops after it): its last axis
+            # in closed form where the tables repeat (integer factors), the edges through them
+            rz_ops, forms = [k for k, o in enumerate(wl.ops) if o["op"] in RESIZES], {}
+            k_last = rz_ops[0] if len(rz_ops) == 1 else None
+            if k_last is not None and shapes[f"t{k_last}"] == out_shape and all(
+                    o["op"] not in MOVES for o in wl.ops[k_last + 1:]):
+                _resizes(wl, types, forms)
+            closed = forms.get(k_last)
+            if closed is not None:
+                em.closed[k_last] = closed
+                s, lo, hi = closed.factor, closed.lo, closed.hi
+                stmts = []
+                for p in range(s):
+                    em.pre, em.phase = [], p
+                    v = em.load(last, idx)   # other inputs are read at j
+                    stmts += [Assign("j", f"{s} * jx + {p}"), *em.pre, Assign(_at("out", "base + j"), v)]
+                em.phase = None
+                row_loops = (*(_inner("j", "0", str(s * lo), inner, unroll) if lo else ()),
+                             For("jx", str(lo), str(hi), tuple(stmts)),
+                             *(_inner("j", str(s * hi), str(out_shape[-1]), inner, unroll) if s * hi < out_shape[-1] else ()))
             rows = math.prod(out_shape[:-1])
             split = []
             rest = "row"
@@ -388,8 +421,7 @@ class ElementwiseTemplate(Template):
             body = (
                 For("blk", "t", f"({rows} + RB - 1) // RB", step="T", body=(
                     For("row", "blk * RB", f"min({rows}, blk * RB + RB)", (
-                        *split, Assign("base", f"row * {out_shape[-1]}"), *em.row_pre,
-                        *_inner("j", "0", str(out_shape[-1]), inner, unroll),
+                        *split, Assign("base", f"row * {out_shape[-1]}"), *em.row_pre, *row_loops,
                     )),
                 )),
             )
@@ -432,9 +464,10 @@ class ElementwiseTemplate(Template):
         return Lowered(module, Launch(tuple(pre) + (step,), workspaces=tuple(work), tables=tables))
 
 
-def _resizes(wl: Workload, types: dict):
+def _resizes(wl: Workload, types: dict, closed: dict | None = None):
     """{op index: (taps per axis or None, [(table name, array)])} for the Resize ops, or None if
-    one of them cannot be coded: an operand (roi, scales, sizes) the workload does not hold."""
+    one of them cannot be coded: an operand (roi, scales, sizes) the workload does not hold.
+    `closed`, when given, gets {op index: `_closed_form` of its last axis} where there is one."""
     consts = _consts(wl)
     out = {}
     for k, (n, o) in enumerate(zip(wl.nodes(), wl.ops)):
@@ -460,8 +493,54 @@ def _resizes(wl: Workload, types: dict):
             if spec.transform == "tf_crop_and_resize":
                 o_ = tab.index.shape[0]
                 arrays.append((f"rzo{k}_{a}", np.zeros(o_, bool) if tab.outside is None else np.ascontiguousarray(tab.outside, bool)))
+        last = tabs[-1] if tabs else None
+        if closed is not None and last is not None and spec.transform != "tf_crop_and_resize":
+            form = _closed_form(last.index, np.float32(last.weight) if spec.mode != "nearest" else None,
+                                types[n.inputs[0]][0][-1])
+            if form is not None:
+                closed[k] = form
         out[k] = (plan, arrays)
     return out
+
+
+@dataclass(frozen=True)
+class ClosedForm:
+    """An axis resized by an integer factor s: output s * j + p reads input j + offset[p][t]
+    with weight[p][t] (float32) for every j in [lo, hi) -- no table, contiguous loads, so the
+    loop vectorizes (through table gathers it stayed scalar: Resize 2x linear 0.2x copy)."""
+    factor: int
+    lo: int
+    hi: int
+    offset: tuple
+    weight: tuple | None
+
+
+MIN_CLOSED = 8   # input columns in closed form worth a loop of their own
+
+
+def _closed_form(index: np.ndarray, weight: np.ndarray | None, n_in: int) -> ClosedForm | None:
+    """The closed form of one axis's tables (`ClosedForm`), found where the tables repeat with
+    period s around the middle; None when the output is not s times the input or the run is short.
+    The weights are the tables' own float32 values: both forms give the same bits."""
+    n_out, T = index.shape
+    s = n_out // max(n_in, 1)
+    if n_in < MIN_CLOSED or s < 2 or n_out != s * n_in:
+        return None
+    idx = index.reshape(n_in, s, T) - np.arange(n_in)[:, None, None]
+    mid = n_in // 2
+    same = (idx == idx[mid]).all(axis=(1, 2))
+    if weight is not None:
+        w = weight.reshape(n_in, s, T)
+        same &= (w == w[mid]).all(axis=(1, 2))
+    lo, hi = mid, mid + 1
+    while lo > 0 and same[lo - 1]:
+        lo -= 1
+    while hi < n_in and same[hi]:
+        hi += 1
+    if hi - lo < MIN_CLOSED:
+        return None
+    return ClosedForm(s, lo, hi, tuple(tuple(int(v) for v in row) for row in idx[mid]),
+                      None if weight is None else tuple(tuple(float(v) for v in row) for row in w[mid]))
 
 
 def _slice_starts_steps(node, in_shape, consts):

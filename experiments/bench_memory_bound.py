@@ -2,8 +2,9 @@
 (the bandwidth ceiling: the faster of np.copyto and a numba copy loop; one thread), at 1 and 2 kernel threads, plus onnxruntime (one-node
 models, same threads): Softmax and LayerNormalization rows of (128, 256) and (128, 1024), a
 12-op elementwise chain (Tanh, Sigmoid...), the attention Transpose (0, 2, 1, 3) and a 2x
-nearest / linear Resize. Ours: the best of the listed code configs x run-time RB x parallel
-(on/off: for small work, waking a thread costs more than it saves).
+nearest / linear Resize. Ours: the template's default config (what untuned models run) and the
+best of the listed code configs x run-time RB x parallel (on/off: for small work, waking a
+thread costs more than it saves).
 
 Run: python experiments/bench_memory_bound.py [--quick]   (writes bench_memory_bound.md/.png)
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-import time
 from pathlib import Path
 
 os.environ.pop("OPENBLAS_CORETYPE", None)
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 from codegen import compile_kernel  # noqa: E402
-from bench_conv import machine, timeit  # noqa: E402
+from bench_conv import clock_for, machine, timeit  # noqa: E402
 from schedules import get_template  # noqa: E402
 from ir.settings import Settings, use  # noqa: E402
 from tests.template_cases import make_wl, precompile  # noqa: E402
@@ -39,11 +39,11 @@ def cases():
     out = []
     for rows, cols in ((128, 256), (128, 1024)):
         out.append((f"Softmax {rows}x{cols}", "reduce", make_wl([("Softmax", ["i0"], {"axis": -1})], [((rows, cols), "float32", False)]),
-                    None, [{"lanes": l} for l in (8, 16)]))
+                    None, [{"lanes": l} for l in (8, 16, 32)]))
         out.append((f"LayerNorm {rows}x{cols}", "reduce", make_wl(
             [("LayerNormalization", ["i0", "i1", "i2"], {"axis": -1})],
             [((rows, cols), "float32", False), ((cols,), "float32", True), ((cols,), "float32", True)]),
-            None, [{"lanes": l} for l in (8, 16)]))
+            None, [{"lanes": l} for l in (8, 16, 32)]))
     ops, prev = [], "i0"
     for k, (op, arg) in enumerate(CHAIN):
         ops.append((op, [prev] + ([arg] if arg else []), {}))
@@ -81,31 +81,10 @@ def ort_session(wl, arrays, threads):
     return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def cpu_time(fn, min_time, repeat=7) -> float:
-    """Least CPU time of this thread per call (`time.thread_time`): for one-thread runs on shared
-    cores, the time the others' work took off the core is not counted (their cache use still is)."""
-    fn()
-    n = 1
-    while True:
-        t0 = time.thread_time()
-        for _ in range(n):
-            fn()
-        if time.thread_time() - t0 >= min_time / repeat or n >= 1000:
-            break
-        n *= 2
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.thread_time()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.thread_time() - t0) / n)
-    return best
-
-
-def copy_function():
-    """The copy baseline: the faster of np.copyto and a numba loop (glibc's memcpy ran 128 KiB at
-    3.8 GB/s and 512 KiB at 48 GB/s on this VM: a copy of the machine's bandwidth, not of one size's
-    memcpy path)."""
+def copy_functions():
+    """The copy baseline: np.copyto and a numba copy loop; each round takes the faster (glibc's
+    memcpy ran 128 KiB at 3.8 GB/s and 512 KiB at 48 GB/s on this VM: a copy of the machine's
+    bandwidth, not of one size's memcpy path)."""
     import numba
 
     @numba.njit("void(float32[::1], float32[::1])", nogil=True)
@@ -113,18 +92,26 @@ def copy_function():
         for i in range(src.shape[0]):
             dst[np.uint64(i)] = src[np.uint64(i)]
 
-    def best_copy(src, dst):
-        fns = (lambda: np.copyto(dst, src), lambda: loop_copy(src, dst))
-        return min(fns, key=lambda f: cpu_time(f, 0.02, repeat=3))
-    return best_copy
+    return lambda src, dst: (lambda: np.copyto(dst, src), lambda: loop_copy(src, dst))
+
+
+def planned(bound, arrays, out):
+    """The kernel as the executor runs it: its launch planned once for these buffers."""
+    calls = bound.plan(arrays, out).calls
+
+    def run():
+        for fn, args in calls:
+            fn(*args)
+    return run
 
 
 def measure(settings, all_cases, min_time, rounds=5):
-    """{workload: (MB moved, copy s, {threads: (ours s, ORT s, best config)})}. The best config per
-    thread count is searched first; then copy, ours and onnxruntime are timed in turns, `rounds`
-    times, and each keeps its median: other work on the cores then weighs on all three alike."""
+    """{workload: (MB moved, {what: seconds}, best configs)}. The best listed config per thread
+    count is searched first; then copy, ours (default config and best) and onnxruntime are timed
+    in turns, `rounds` times, each keeping its median: other work on the cores then weighs on
+    all of them alike. One thread: CPU time of this thread; two: wall time."""
     res = {}
-    pick_copy = copy_function()
+    copies = copy_functions()
     for name, tname, wl, given, codes in all_cases:
         t = get_template(tname)
         arrays = given if given is not None else wl.random_inputs(0)
@@ -132,64 +119,72 @@ def measure(settings, all_cases, min_time, rounds=5):
         nbytes = arrays[0].nbytes + out.nbytes
         src = np.ones(nbytes // 8, np.float32)   # a copy moves as many bytes (read + write)
         dst = np.empty_like(src)
-        copy = pick_copy(src, dst)
-        runs, sessions, configs = {}, {}, {}
+        fns, configs = {}, {}
         for threads in THREADS:
             use(dataclasses.replace(settings, threads=threads))
+            clock = clock_for(threads)
+            default = t.default_config(wl)
+            run = planned(compile_kernel(t, wl, default).bind(arrays), arrays, out)
+            run()
+            np.testing.assert_allclose(out, wl.reference(arrays), rtol=1e-4, atol=1e-5)
+            fns[("default", threads)] = run
             best = (float("inf"), "", None)
             space = t.space(wl)
             rbs = next(k for k in space.knobs if k.name == "RB").options
             for c in codes:
                 for par in (True, False) if threads > 1 else (False,):
                     for rb in rbs:
-                        cfg = space.validate({**t.default_config(wl).to_json(), **c, "RB": rb, "parallel": par})
-                        run = compile_kernel(t, wl, cfg).bind(arrays)
-                        run(arrays, out)
+                        cfg = space.validate({**default.to_json(), **c, "RB": rb, "parallel": par})
+                        run = planned(compile_kernel(t, wl, cfg).bind(arrays), arrays, out)
+                        run()
                         np.testing.assert_allclose(out, wl.reference(arrays), rtol=1e-4, atol=1e-5)
-                        tm = timeit(lambda: run(arrays, out), min_time=min_time / 2, repeat=3)
+                        tm = min(timeit(run, min_time=min_time / 2, repeat=3, clock=clock))
                         if tm < best[0]:
                             best = (tm, " ".join(f"{k}={v}" for k, v in {**c, "RB": rb, "par": par}.items()), run)
-            runs[threads], configs[threads] = best[2], best[1]
+            fns[("best", threads)], configs[threads] = best[2], best[1]
             try:
-                sessions[threads] = ort_session(wl, arrays, threads)
+                sess = ort_session(wl, arrays, threads)
+                fns[("ort", threads)] = (lambda s: lambda: s.run(None, {"x0": arrays[0]}))(sess)
             except Exception as e:   # an op/attribute onnxruntime does not take as built here
                 print(f"  onnxruntime: {type(e).__name__}: {str(e)[:120]}", flush=True)
         use(settings)
         samples = {}
         for _ in range(rounds):
-            samples.setdefault("copy", []).append(timeit(copy, min_time=min_time, repeat=3))
             for threads in THREADS:
-                run = runs[threads]
-                samples.setdefault(("ours", threads), []).append(timeit(lambda: run(arrays, out), min_time=min_time, repeat=3))
-                if threads in sessions:
-                    sess = sessions[threads]
-                    samples.setdefault(("ort", threads), []).append(
-                        timeit(lambda: sess.run(None, {"x0": arrays[0]}), min_time=min_time, repeat=3))
+                clock = clock_for(threads)
+                samples.setdefault(("copy", threads), []).append(
+                    min(min(timeit(f, min_time=min_time / 2, repeat=3, clock=clock)) for f in copies(src, dst)))
+                for what in ("default", "best", "ort"):
+                    if (what, threads) in fns:
+                        samples.setdefault((what, threads), []).append(
+                            min(timeit(fns[(what, threads)], min_time=min_time, repeat=3, clock=clock)))
         med = {k: float(np.median(v)) for k, v in samples.items()}
-        run1 = runs[1]
-        cpu = cpu_time(copy, min_time) / cpu_time(lambda: run1(arrays, out), min_time)
-        per = {th: (med[("ours", th)], med.get(("ort", th), float("nan")), configs[th]) for th in THREADS}
-        res[name] = (nbytes / 1e6, med["copy"], per, cpu)
+        res[name] = (nbytes / 1e6, med, configs)
         print(name, res[name], flush=True)
     return res
 
 
 def report(res, note):
-    lines = ["# Memory-bound templates: GB/s vs a NumPy copy of as many bytes", "", machine(), "", note, "",
-             "GB/s = (input + output bytes) / median time; copy, ours and onnxruntime timed in turns (5 rounds, "
-             "medians). `copy` = the faster of np.copyto and a numba copy loop moving as many bytes (read + write), one thread. onnxruntime: a one-node model, intra_op_num_threads = threads. Ours: the best of the listed "
-             "code configs x run-time RB x parallel on/off. Target (issue 13): ours / copy >= 0.5.", "",
-             "`CPU T=1`: the same ratio at one thread from this thread's CPU time (least of 7), which leaves out "
-             "the time other processes took the core away (the fairer figure on shared cores).", "",
-             "| workload | MB moved | copy GB/s | ours GB/s T=1 | ours/copy T=1 | ours/copy CPU T=1 | ours GB/s T=2 | "
-             "ours/copy T=2 | ORT/copy T=1 | ORT/copy T=2 | best config T=1 / T=2 |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for name, (mb, tc, per, cpu) in res.items():
-        (o1, r1, c1), (o2, r2, c2) = per[1], per[2]
-        lines.append(f"| {name} | {mb:.2f} | {mb / 1e3 / tc:.1f} | {mb / 1e3 / o1:.1f} | {tc / o1:.2f} | {cpu:.2f} | "
-                     f"{mb / 1e3 / o2:.1f} | {tc / o2:.2f} | {tc / r1:.2f} | {tc / r2:.2f} | {c1} / {c2} |")
+    lines = ["# Memory-bound templates: GB/s vs a copy of as many bytes", "", machine(), "", note, "",
+             "GB/s = (input + output bytes) / median time. Copy, ours and onnxruntime are timed in turns "
+             "(5 rounds, medians of each round's least); `copy` = the faster of np.copyto and a numba copy "
+             "loop moving as many bytes (read + write), one thread. One thread: this thread's CPU time "
+             "(leaves out the time other processes took the core away: the fairer figure on shared cores); "
+             "two: wall time. Ours runs as the executor runs it (the launch planned once for the buffers). "
+             "`default`: the template's default config (what an untuned model runs); `best`: the best of "
+             "the listed code configs x run-time RB x parallel on/off. onnxruntime: a one-node model, "
+             "intra_op_num_threads = threads. Target (issue 13): ours / copy >= 0.5.", "",
+             "| workload | MB moved | copy GB/s T=1 | default/copy T=1 | best/copy T=1 | ORT/copy T=1 | "
+             "default/copy T=2 | best/copy T=2 | ORT/copy T=2 | best config T=1 / T=2 |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for name, (mb, med, configs) in res.items():
+        r = {k: med[("copy", k[1])] / v for k, v in med.items() if k[0] != "copy"}
+        cell = lambda k: f"{r[k]:.2f}" if k in r else "-"  # noqa: E731
+        lines.append(f"| {name} | {mb:.2f} | {mb / 1e3 / med[('copy', 1)]:.1f} | {cell(('default', 1))} | "
+                     f"{cell(('best', 1))} | {cell(('ort', 1))} | {cell(('default', 2))} | {cell(('best', 2))} | "
+                     f"{cell(('ort', 2))} | {configs[1]} / {configs[2]} |")
     md = Path(__file__).with_suffix(".md")
-    md.write_text("\n".join(lines) + "\n")
+    md.write_text("\n".join(lines) + "\n" + NOTES)
     print("\n".join(lines))
     try:
         import matplotlib
@@ -199,12 +194,11 @@ def report(res, note):
         return
     names = list(res)
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    w = 0.2
     w = 0.16
-    bars = [("ours CPU-time T=1", [res[n][3] for n in names])]
-    bars += [(label, [res[n][1] / res[n][2][th][key] for n in names])
-             for th, key, label in ((1, 0, "ours T=1"), (2, 0, "ours T=2"), (1, 1, "ORT T=1"), (2, 1, "ORT T=2"))]
-    for j, (label, vals) in enumerate(bars):
+    series = [("ours default T=1", ("default", 1)), ("ours best T=1", ("best", 1)), ("ours best T=2", ("best", 2)),
+              ("ORT T=1", ("ort", 1)), ("ORT T=2", ("ort", 2))]
+    for j, (label, key) in enumerate(series):
+        vals = [res[n][1][("copy", key[1])] / res[n][1][key] if key in res[n][1] else 0 for n in names]
         ax.bar(np.arange(len(names)) + (j - 2) * w, vals, w, label=label)
     ax.axhline(TARGET, color="k", ls="--", lw=1, label="target 0.5")
     ax.set_xticks(np.arange(len(names)), names, rotation=25, ha="right", fontsize=8)
@@ -213,6 +207,9 @@ def report(res, note):
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(md.with_suffix(".png"), dpi=110)
+
+
+NOTES = ""   # the hand-written reading of a run goes below the table, after the run
 
 
 def main():

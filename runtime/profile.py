@@ -64,12 +64,13 @@ class GroupProfile:
 @dataclass
 class OrtProfile:
     """onnxruntime's own per-node profile of the same model and feeds (seconds per call)."""
-    total_s: float                       # its `model_run` events
+    total_s: float                       # its `model_run` events (the profiler's own cost included)
     by_op: dict                          # op type -> seconds
     by_node: dict                        # node name -> (op type, seconds)
     outputs: dict = field(default_factory=dict)   # node name -> the values it writes (its optimized graph)
     runs: int = 0
     threads: int = 1
+    plain_s: float | None = None         # end-to-end seconds of a session without the profiler, run in turn
 
     @property
     def overhead_s(self) -> float:
@@ -120,7 +121,8 @@ class Profile:
         thr = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
         head = (f"profile: {_ms(self.total_s)} per call, {thr} (mean of the {self.kept} middle calls of {self.runs})")
         if ort is not None:
-            head += f"; onnxruntime {_ms(ort.total_s)} ({_ratio(self.total_s, ort.total_s)} of it, its own profiler)"
+            head += (f"; onnxruntime {_ms(ort.total_s)} under its own profiler ({_ratio(self.total_s, ort.total_s)}), "
+                     f"{_ms(ort.plain_s or 0)} without ({_ratio(self.total_s, ort.plain_s)})")
         cols = ["kind", "steps", "ms/call", "share"] + (["onnxruntime ms", "vs onnxruntime"] if ort else [])
         rows = [cols]
         for g in self.groups():
@@ -159,7 +161,7 @@ class Profile:
                 "threads": self.threads, "groups": [asdict(g) for g in self.groups()],
                 "steps": [asdict(s) for s in self.steps], "static": [asdict(s) for s in self.static],
                 "onnxruntime": None if ort is None else {
-                    "total_s": ort.total_s, "overhead_s": ort.overhead_s, "by_op": ort.by_op, "runs": ort.runs,
+                    "total_s": ort.total_s, "plain_s": ort.plain_s, "overhead_s": ort.overhead_s, "by_op": ort.by_op, "runs": ort.runs,
                     "threads": ort.threads, "unmatched": self.unmatched}}
 
 
@@ -262,18 +264,26 @@ class OrtProfiler:
         so.profile_file_prefix = os.path.join(self._tmp.name, "ort")
         self._optimized = so.optimized_model_filepath = os.path.join(self._tmp.name, "optimized.onnx")
         source = onnx_model.SerializeToString() if hasattr(onnx_model, "SerializeToString") else onnx_model
+        source = source if isinstance(source, bytes) else str(source)
+        plain = ort.SessionOptions()
+        plain.intra_op_num_threads, plain.inter_op_num_threads = threads, 1
         try:
-            self.session = ort.InferenceSession(source if isinstance(source, bytes) else str(source), so,
-                                                providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
+            self.plain = ort.InferenceSession(source, plain, providers=["CPUExecutionProvider"])
         except Exception as e:  # noqa: BLE001 (onnxruntime's errors have no common base class)
             self._tmp.cleanup()
             raise ProfileError(f"onnxruntime could not load the model: {_first_line(e)}") from None
         wanted = {i.name for i in self.session.get_inputs()}
         self.feeds = {k: v for k, v in feeds.items() if k in wanted}
+        self.plain_times: list[float] = []
 
     def run(self) -> None:
+        """One call of the profiled session, then one of the plain one (timed)."""
         try:
             self.session.run(None, self.feeds)
+            t0 = time.perf_counter()
+            self.plain.run(None, self.feeds)
+            self.plain_times.append(time.perf_counter() - t0)
         except Exception as e:  # noqa: BLE001
             raise ProfileError(f"onnxruntime could not run the model: {_first_line(e)}") from None
 
@@ -282,7 +292,10 @@ class OrtProfiler:
         try:
             with open(self.session.end_profiling()) as f:
                 events = json.load(f)
-            return parse_trace(events, warmup, _node_outputs(self._optimized), self.threads)
+            out = parse_trace(events, warmup, _node_outputs(self._optimized), self.threads)
+            timed = self.plain_times[warmup:]
+            out.plain_s = float(np.mean([timed[k] for k in middle(timed)])) if timed else None
+            return out
         finally:
             self._tmp.cleanup()
 

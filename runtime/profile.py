@@ -16,9 +16,10 @@ by fusing several, by the value it outputs), so each row shows what onnxruntime
 spends on the same work. Shape computations fold once per shape here (kind
 "static", no time per call); onnxruntime's time on them shows in that row.
 
-A shared machine disturbs single calls: the figures are means over the calls whose
-end-to-end time lies in the middle half (all calls when fewer than four), so the
-rows add up exactly to the total and an outlier call does not move them.
+A shared machine preempts single steps: each step's figure is its median over the
+calls, the executor overhead the median of (end-to-end - sum of steps) per call, and the
+profile's total their sum, so the rows add up exactly; the median end-to-end time of
+the calls (`wall_s`) is given beside it.
 """
 from __future__ import annotations
 
@@ -64,34 +65,36 @@ class GroupProfile:
 @dataclass
 class OrtProfile:
     """onnxruntime's own per-node profile of the same model and feeds (seconds per call)."""
-    total_s: float                       # its `model_run` events (the profiler's own cost included)
+    total_s: float                       # Σ nodes + overhead (its `model_run` events, the profiler's cost included)
     by_op: dict                          # op type -> seconds
     by_node: dict                        # node name -> (op type, seconds)
     outputs: dict = field(default_factory=dict)   # node name -> the values it writes (its optimized graph)
+    source_outputs: dict = field(default_factory=dict)   # the same of the model as given
     runs: int = 0
     threads: int = 1
     plain_s: float | None = None         # end-to-end seconds of a session without the profiler, run in turn
 
     @property
     def overhead_s(self) -> float:
-        """Its session's time outside its nodes."""
+        """Its session's time outside its nodes (median over its calls)."""
         return self.total_s - sum(self.by_op.values())
 
 
 @dataclass
 class Profile:
-    total_s: float                        # end-to-end seconds per call
+    total_s: float                        # seconds per call: Σ step medians + median overhead
     steps: list[StepProfile]
     static: list[StepProfile]             # shape computations folded at build time (0 s per call)
     runs: int
-    kept: int                             # calls averaged (the middle half by end-to-end time)
+    wall_s: float                         # median end-to-end seconds of the timed calls
     threads: int
+    overhead: float = 0.0                 # median over calls of end-to-end - Σ steps
     onnxruntime: OrtProfile | None = None
     unmatched: dict = field(default_factory=dict)   # op type -> onnxruntime seconds no step accounts for
 
     @property
     def overhead_s(self) -> float:
-        return self.total_s - sum(s.seconds for s in self.steps)
+        return self.overhead
 
     def groups(self) -> list[GroupProfile]:
         """One row per group, slowest first, then the folded shape computations and the
@@ -119,7 +122,8 @@ class Profile:
         """The profile as text: groups, then the `top` slowest steps, then onnxruntime by op type."""
         ort = self.onnxruntime
         thr = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
-        head = (f"profile: {_ms(self.total_s)} per call, {thr} (mean of the {self.kept} middle calls of {self.runs})")
+        head = (f"profile: {_ms(self.total_s)} per call, {thr} (medians of {self.runs} calls; end to end "
+                f"{_ms(self.wall_s)})")
         if ort is not None:
             head += (f"; onnxruntime {_ms(ort.total_s)} under its own profiler ({_ratio(self.total_s, ort.total_s)}), "
                      f"{_ms(ort.plain_s or 0)} without ({_ratio(self.total_s, ort.plain_s)})")
@@ -157,7 +161,7 @@ class Profile:
 
     def to_json(self) -> dict:
         ort = self.onnxruntime
-        return {"total_s": self.total_s, "overhead_s": self.overhead_s, "runs": self.runs, "kept": self.kept,
+        return {"total_s": self.total_s, "overhead_s": self.overhead_s, "runs": self.runs, "wall_s": self.wall_s,
                 "threads": self.threads, "groups": [asdict(g) for g in self.groups()],
                 "steps": [asdict(s) for s in self.steps], "static": [asdict(s) for s in self.static],
                 "onnxruntime": None if ort is None else {
@@ -170,13 +174,6 @@ def step_group(step) -> str:
     model's step on the CPU is "host <that>"."""
     what = step.kernel.kernel.template if step.kernel is not None else step.kind
     return f"host {what}" if step.host else what
-
-
-def middle(totals) -> list[int]:
-    """Indices of the calls whose end-to-end time lies in the middle half (all below four)."""
-    order = sorted(range(len(totals)), key=lambda k: totals[k])
-    cut = len(order) // 4
-    return sorted(order[cut:len(order) - cut])
 
 
 def profile(model, feeds: dict, runs: int = 10, warmup: int = 1, onnx_model=None) -> Profile:
@@ -203,11 +200,13 @@ def profile(model, feeds: dict, runs: int = 10, warmup: int = 1, onnx_model=None
             ort.run()
     prog = model.prepare(feeds)
     n = len(prog.steps)
-    keep = [k for k in middle(totals) if len(per_step[k]) == n] or [k for k in range(runs) if len(per_step[k]) == n]
-    mean = np.asarray([per_step[k] for k in keep]).mean(axis=0)
-    steps = [_step_profile(k, s, float(mean[k])) for k, s in enumerate(prog.steps)]
+    keep = [k for k in range(runs) if len(per_step[k]) == n]   # calls of this program (not one rebuilt midway)
+    per = np.asarray([per_step[k] for k in keep]).reshape(len(keep), n)
+    med = np.median(per, axis=0)
+    overhead = float(np.median([totals[k] for k in keep] - per.sum(axis=1)))
+    steps = [_step_profile(k, s, float(med[k])) for k, s in enumerate(prog.steps)]
     static = [_step_profile(s.index, s, 0.0) for s in prog.static_steps]
-    out = Profile(float(np.mean([totals[k] for k in keep])), steps, static, runs, len(keep), threads)
+    out = Profile(float(med.sum()) + overhead, steps, static, len(keep), float(np.median(totals)), threads, overhead)
     if ort is not None:
         out.onnxruntime = ort.finish(warmup)
         out.unmatched = attribute(out.onnxruntime, steps + static, prog.steps + prog.static_steps)
@@ -220,9 +219,8 @@ def _step_profile(index: int, step, seconds: float) -> StepProfile:
 
 
 def attribute(ort: OrtProfile, profiles: list[StepProfile], steps: list) -> dict:
-    """Give each step profile onnxruntime's time on the nodes it computes: a node of the
-    same name, or a fused node (onnxruntime's own, named after none of ours) whose output
-    one of our steps makes. Returns op type -> the seconds attributed to no step."""
+    """Give each step profile onnxruntime's time on the nodes it computes (`_owner`).
+    Returns op type -> the seconds attributed to no step."""
     by_name, by_value = {}, {}
     for k, st in enumerate(steps):
         for node in st.subgraph.nodes:
@@ -233,9 +231,7 @@ def attribute(ort: OrtProfile, profiles: list[StepProfile], steps: list) -> dict
     got = [0.0] * len(steps)
     unmatched: dict[str, float] = {}
     for name, (op, secs) in ort.by_node.items():
-        k = by_name.get(name, by_name.get(name.split("/")[0]))
-        if k is None:
-            k = next((by_value[v] for v in ort.outputs.get(name, ()) if v in by_value), None)
+        k = _owner(name, ort, by_name, by_value)
         if k is None:
             unmatched[op] = unmatched.get(op, 0.0) + secs
         else:
@@ -243,6 +239,29 @@ def attribute(ort: OrtProfile, profiles: list[StepProfile], steps: list) -> dict
     for p, secs in zip(profiles, got):
         p.onnxruntime_s = secs
     return unmatched
+
+
+def _owner(name: str, ort: OrtProfile, by_name: dict, by_value: dict) -> int | None:
+    """The step that computes onnxruntime's node `name`: one of ours of that name (or of
+    its part before a "/", as "l0.qk/MatMulScaleFusion/"); else the step making a value it
+    outputs in its optimized graph (a fused node: BiasGelu); else a node of the model as
+    given whose name it extends ("layer1.0.a.relu_nchwc") and whose output a step makes
+    (a node our import folded, as a BatchNormalization into its Conv)."""
+    base = name.split("/")[0]
+    for cand in (name, base):
+        if cand in by_name:
+            return by_name[cand]
+    for v in ort.outputs.get(name, ()):
+        if v in by_value:
+            return by_value[v]
+    while "_" in base:
+        base = base.rsplit("_", 1)[0]
+        if base in by_name:
+            return by_name[base]
+        for v in ort.source_outputs.get(base, ()):
+            if v in by_value:
+                return by_value[v]
+    return None
 
 
 class OrtProfiler:
@@ -265,6 +284,7 @@ class OrtProfiler:
         self._optimized = so.optimized_model_filepath = os.path.join(self._tmp.name, "optimized.onnx")
         source = onnx_model.SerializeToString() if hasattr(onnx_model, "SerializeToString") else onnx_model
         source = source if isinstance(source, bytes) else str(source)
+        self._source = source
         plain = ort.SessionOptions()
         plain.intra_op_num_threads, plain.inter_op_num_threads = threads, 1
         try:
@@ -293,8 +313,9 @@ class OrtProfiler:
             with open(self.session.end_profiling()) as f:
                 events = json.load(f)
             out = parse_trace(events, warmup, _node_outputs(self._optimized), self.threads)
+            out.source_outputs = _node_outputs(self._source)
             timed = self.plain_times[warmup:]
-            out.plain_s = float(np.mean([timed[k] for k in middle(timed)])) if timed else None
+            out.plain_s = float(np.median(timed)) if timed else None
             return out
         finally:
             self._tmp.cleanup()
@@ -304,11 +325,11 @@ def _first_line(e: Exception) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
-def _node_outputs(path: str) -> dict:
-    """node name -> its outputs in onnxruntime's optimized graph (empty where it wrote none)."""
+def _node_outputs(source) -> dict:
+    """node name -> its outputs in an ONNX model (a path or bytes; empty where none can be read)."""
     try:
         import onnx
-        m = onnx.load(path, load_external_data=False)
+        m = onnx.load_from_string(source) if isinstance(source, bytes) else onnx.load(source, load_external_data=False)
     except Exception:   # noqa: BLE001 (no optimized graph: fused nodes then match by name only)
         return {}
     return {n.name: [o for o in n.output if o] for n in m.graph.node}
@@ -334,13 +355,16 @@ def parse_trace(events: list, warmup: int, outputs: dict | None = None, threads:
         node = name[:-len("_kernel_time")]
         ops[node] = e.get("args", {}).get("op_name", "?")
         per_call[k][node] = per_call[k].get(node, 0.0) + e["dur"] * 1e-6
-    totals = [(b - a) * 1e-6 for a, b in calls]
-    keep = middle(totals)
-    by_node = {node: (op, float(np.mean([per_call[k].get(node, 0.0) for k in keep]))) for node, op in ops.items()}
+    totals = np.asarray([(b - a) * 1e-6 for a, b in calls])
+    per = np.asarray([[c.get(node, 0.0) for node in ops] for c in per_call]).reshape(len(calls), len(ops))
+    med = np.median(per, axis=0)
+    by_node = {node: (op, float(m)) for (node, op), m in zip(ops.items(), med)}
     by_op: dict[str, float] = {}
     for op, secs in by_node.values():
         by_op[op] = by_op.get(op, 0.0) + secs
-    return OrtProfile(float(np.mean([totals[k] for k in keep])), by_op, by_node, outputs or {}, len(calls), threads)
+    overhead = float(np.median(totals - per.sum(axis=1)))
+    return OrtProfile(float(med.sum()) + overhead, by_op, by_node, outputs=outputs or {}, runs=len(calls),
+                      threads=threads)
 
 
 def _ms(s: float) -> str:

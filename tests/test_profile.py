@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 import runtime
 from ir.settings import Settings
 from runtime.cli import main as run_main
-from runtime.profile import OVERHEAD, ProfileError, middle, parse_trace
+from runtime.profile import OVERHEAD, ProfileError, parse_trace
 
 
 def tiny_cnn() -> onnx.ModelProto:
@@ -50,7 +50,7 @@ def test_rows_add_up_to_the_total_and_name_what_runs_each_step(cnn):
     path, model, feeds = cnn
     prof = model.profile(feeds, runs=5)
     steps = model.prepare(feeds).steps
-    assert prof.runs == 5 and 1 <= prof.kept <= 5 and len(prof.steps) == len(steps)
+    assert prof.runs == 5 and prof.wall_s > 0 and len(prof.steps) == len(steps)
     groups = {g.group: g for g in prof.groups()}
     kernels = {s.kernel.kernel.template for s in steps if s.kernel is not None}
     assert {"conv2d", "dense"} <= kernels <= set(groups)
@@ -58,6 +58,7 @@ def test_rows_add_up_to_the_total_and_name_what_runs_each_step(cnn):
     assert sum(g.seconds for g in groups.values()) == pytest.approx(prof.total_s)
     assert sum(g.share for g in groups.values()) == pytest.approx(1.0)
     assert groups[OVERHEAD].seconds == pytest.approx(prof.total_s - sum(s.seconds for s in prof.steps))
+    assert groups[OVERHEAD].seconds > 0   # the call's own work (program lookup, outputs) is in no step
     assert all(s.seconds > 0 for s in prof.steps) and "onnxruntime" not in prof.table()
     by_index = {s.index: s for s in prof.steps}
     for k, st in enumerate(steps):
@@ -103,6 +104,7 @@ def _event(name, ts, dur, cat="Node", op="Conv"):
 
 
 def test_a_trace_is_read_per_call_after_the_warm_up():
+    """Medians per node over the calls after the warm-up; the overhead is model_run minus its nodes."""
     events = [_event("model_run", 0, 1000, "Session"), _event("conv_kernel_time", 10, 900),
               _event("model_run", 2000, 100, "Session"), _event("conv_kernel_time", 2010, 60),
               _event("relu_kernel_time", 2080, 10, op="Relu"),
@@ -114,11 +116,6 @@ def test_a_trace_is_read_per_call_after_the_warm_up():
     assert p.overhead_s == pytest.approx(35e-6)
     with pytest.raises(ProfileError, match="no timed call"):
         parse_trace(events[:2], warmup=1)
-
-
-def test_the_middle_half_leaves_out_the_fastest_and_slowest_quarter():
-    assert middle([5, 1, 9, 3, 7, 100, 2, 4]) == [0, 3, 4, 7]
-    assert middle([3.0, 1.0]) == [0, 1]
 
 
 def test_tune_run_profile_json_and_text(cnn, capsys, monkeypatch):

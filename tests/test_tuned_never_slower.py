@@ -120,13 +120,17 @@ def test_a_config_fast_alone_but_slow_in_the_model_is_replaced_by_the_default(se
     plan = runtime.build_plan(graph, db, points, target.key, target=target)
     assert [e.config for e in plan.entries] == [{"reps": 1}]
 
-    # the estimate: occurrences x the alone median of the deployed config (the default's 1 us), plus what
-    # runs outside kernels in the model
+    # the estimate: occurrences x the deployed config's (the default's) time inside the model, as the check
+    # measured it, plus what runs outside kernels in the model; timed alone it would be the default's 1 us
     rep = TaskReport(tasks[0], best=1e-9, best_config={"reps": 64}, default=1e-6)
     m = v.measured
-    assert deployed_estimate([rep], db, target.key, m, v) == pytest.approx(1e-6 + m.other_s)
-    # without the verdict the estimate is the stored best's 1 ns: what misled the tuner
-    assert deployed_estimate([rep], db, target.key, m) == pytest.approx(1e-9 + m.other_s)
+    assert deployed_estimate([rep], db, target.key, m, v) == pytest.approx(verdict.default_s + m.other_s)
+    assert deployed_estimate([rep], db, target.key, m, v, in_model=False) == pytest.approx(1e-6 + m.other_s)
+    # without the verdict the tuned config counts as deployed: with its stored in-model time, or alone with the
+    # stored best's 1 ns, what misled the tuner
+    assert deployed_estimate([rep], db, target.key, m) == pytest.approx(verdict.tuned_s + m.other_s)
+    assert deployed_estimate([rep], db, target.key, m, in_model=False) == pytest.approx(1e-9 + m.other_s)
+    assert m.configs == {wl.key: {"reps": 64}}
     assert m.in_model[wl.key] > 0 and m.tuned_s >= m.in_model[wl.key]
 
 

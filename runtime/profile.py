@@ -247,18 +247,18 @@ def _owner(name: str, ort: OrtProfile, by_name: dict, by_value: dict) -> int | N
     outputs in its optimized graph (a fused node: BiasGelu); else a node of the model as
     given whose name it extends ("layer1.0.a.relu_nchwc") and whose output a step makes
     (a node our import folded, as a BatchNormalization into its Conv)."""
-    base = name.split("/")[0]
-    for cand in (name, base):
+    head = name.split("/")[0] or name   # "/stem/stem.0/Conv_nchwc" (a torch export's names) has no head
+    for cand in (name, head):
         if cand in by_name:
             return by_name[cand]
     for v in ort.outputs.get(name, ()):
         if v in by_value:
             return by_value[v]
-    while "_" in base:
-        base = base.rsplit("_", 1)[0]
-        if base in by_name:
-            return by_name[base]
-        for v in ort.source_outputs.get(base, ()):
+    while "_" in head:
+        head = head.rsplit("_", 1)[0]
+        if head in by_name:
+            return by_name[head]
+        for v in ort.source_outputs.get(head, ()):
             if v in by_value:
                 return by_value[v]
     return None

@@ -68,17 +68,26 @@ def compare(tuned, untuned, sess, feeds: dict, runs: int, rounds: int):
         m.run(feeds)
     sess.run(None, feeds)
     t_tot, t_per, d_tot, d_per, ort, ratios = [], [], [], [], [], []
+
+    def run_tuned():
+        t, steps = step_times(tuned, feeds)
+        t_tot.append(t)
+        t_per.append(steps)
+
+    def run_untuned():
+        t, steps = step_times(untuned, feeds)
+        d_tot.append(t)
+        d_per.append(steps)
+
+    def run_ort():
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        ort.append(time.perf_counter() - t0)
+    order = [run_tuned, run_untuned, run_ort]
     for _ in range(rounds):
-        for _ in range(runs):
-            t, steps = step_times(tuned, feeds)
-            t_tot.append(t)
-            t_per.append(steps)
-            t, steps = step_times(untuned, feeds)
-            d_tot.append(t)
-            d_per.append(steps)
-            t0 = time.perf_counter()
-            sess.run(None, feeds)
-            ort.append(time.perf_counter() - t0)
+        for i in range(runs):   # the order rotates: on a loaded machine a fixed order biases by position
+            for k in range(3):
+                order[(k + i) % 3]()
         ratios.append(float(np.median(t_tot[-runs:]) / np.median(d_tot[-runs:])))
     timed = [(t_tot, np.asarray(t_per)), (d_tot, np.asarray(d_per))]
     return measured_pair(tuned, untuned, feeds, runs * rounds, timed), float(np.median(ort)), ratios

@@ -87,15 +87,19 @@ def step_times(model, feeds: dict) -> tuple[float, list[float]]:
 
 def interleaved(models: list, feeds: dict, runs: int) -> list[tuple[list, np.ndarray]]:
     """Per model: (end-to-end seconds of each run, [runs x steps] seconds), the models run
-    in turn so that load on a shared machine hits them alike. One warm-up run each first."""
+    in turn so that load on a shared machine hits them alike, the order rotating from run
+    to run: on a loaded machine (2 cores, load 8-10) two copies of one model in a fixed
+    order measured up to 1.7x apart end to end, by position (which one changed with the
+    load), a bias that rotation cancels. One warm-up run each first."""
     for m in models:
         m.run(feeds)
     out = [([], []) for _ in models]
-    for _ in range(max(1, runs)):
-        for m, (tot, per) in zip(models, out):
-            t, steps = step_times(m, feeds)
-            tot.append(t)
-            per.append(steps)
+    for r in range(max(1, runs)):
+        for k in range(len(models)):
+            j = (k + r) % len(models)
+            t, steps = step_times(models[j], feeds)
+            out[j][0].append(t)
+            out[j][1].append(steps)
     return [(tot, np.asarray(per)) for tot, per in out]
 
 

@@ -62,8 +62,8 @@ def machine() -> str:
 def compare(tuned, untuned, sess, feeds: dict, runs: int, rounds: int):
     """The three run in turn, `rounds` rounds of `runs` calls each after a warm-up each:
     (tuned measured as `tuner.verify.Measured` with the untuned over all calls,
-    onnxruntime median seconds, each round's median tuned / median untuned)."""
-    from tuner.verify import measured_pair, step_times
+    onnxruntime median seconds, each round's tuned / untuned latency as `step_sum`s)."""
+    from tuner.verify import measured_pair, step_sum, step_times
     for m in (tuned, untuned):
         m.run(feeds)
     sess.run(None, feeds)
@@ -88,7 +88,7 @@ def compare(tuned, untuned, sess, feeds: dict, runs: int, rounds: int):
         for i in range(runs):   # the order rotates: on a loaded machine a fixed order biases by position
             for k in range(3):
                 order[(k + i) % 3]()
-        ratios.append(float(np.median(t_tot[-runs:]) / np.median(d_tot[-runs:])))
+        ratios.append(step_sum(t_tot[-runs:], t_per[-runs:]) / step_sum(d_tot[-runs:], d_per[-runs:]))
     timed = [(t_tot, np.asarray(t_per)), (d_tot, np.asarray(d_per))]
     return measured_pair(tuned, untuned, feeds, runs * rounds, timed), float(np.median(ort)), ratios
 
@@ -147,6 +147,7 @@ def bench(name: str, label: str, proto, sizes: dict, threads: int, args, work: P
     timing = reports.timing
     cov = tuned.coverage(points[0])
     return {"model": label, "threads": threads, "tuned_ms": measured.tuned_s * 1e3, "untuned_ms": measured.default_s * 1e3,
+            "tuned_steps_ms": measured.tuned_steps_s * 1e3, "untuned_steps_ms": measured.default_steps_s * 1e3,
             "ort_ms": ort_s * 1e3, "est_ms": est * 1e3 if est else None, "alone_ms": alone * 1e3 if alone else None,
             "round_ratio": ratio, "noise": noise, "slower": slower, "tune_s": tune_s,
             "candidates": timing.candidates, "per_min": timing.per_minute, "compiles": timing.compiles,
@@ -200,21 +201,29 @@ def write_results(rows: list[dict], args, names: list[str], total: float, done: 
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for r in rows:
-        est = f"{r['est_ms']:.2f} | {r['est_ms'] / r['tuned_ms']:.2f}" if r["est_ms"] else "- | -"
-        alone = f"{r['alone_ms'] / r['tuned_ms']:.2f}" if r["alone_ms"] else "-"
-        lines.append(f"| {r['model']} | {r['threads']} | {r['untuned_ms']:.2f} | {r['tuned_ms']:.2f} | "
+        ts = r["tuned_steps_ms"]
+        est = f"{r['est_ms']:.2f} | {r['est_ms'] / ts:.2f} ({r['est_ms'] / r['tuned_ms']:.2f})" if r["est_ms"] \
+            else "- | -"
+        alone = f"{r['alone_ms'] / ts:.2f}" if r["alone_ms"] else "-"
+        lines.append(f"| {r['model']} | {r['threads']} | {r['untuned_ms']:.2f} ({r['untuned_steps_ms']:.2f}) | "
+                     f"{r['tuned_ms']:.2f} ({ts:.2f}) | "
                      f"{r['ort_ms']:.2f} | {r['tuned_ms'] / r['untuned_ms']:.2f} ({r['round_ratio']:.2f}, "
                      f"±{r['noise']:.0%}) | {r['tuned_ms'] / r['ort_ms']:.2f} | "
                      f"{est} | {alone} | {r['candidates']} ({r['per_min']:.0f}) | {r['tasks_measured']}/{r['tasks']} | "
                      f"{r['rejected']}/{r['verdicts']} | {r['differ']} | {r['coverage']} | {r['err']:.1e} (of {r['out']:.2g}) |")
-    lines += ["", "tune estimate: Σ over tasks of occurrences × the deployed config's time per occurrence inside "
+    lines += ["", "untuned ms, tuned ms: the median end-to-end call; in brackets the sum over steps of each step's "
+              "median plus the median time outside steps (`tuner.verify.step_sum`, the total of `tune-run "
+              "--profile`): on a loaded machine most calls are preempted somewhere, which inflates end-to-end "
+              "medians and not this. estimate / measured: against that sum (against the end-to-end median in "
+              "brackets).",
+              "", "tune estimate: Σ over tasks of occurrences × the deployed config's time per occurrence inside "
               "the model as tune's in-model check measured it (alone where the check did not time it), plus the "
               "time outside kernels the check measured in the model (`tuner.verify.deployed_estimate`). "
               "'kernels alone': the same with every kernel at the tuner's median timed alone (what the search "
               "optimized); its ratio shows how much slower the kernels run inside the model.",
-              "", f"tuned / untuned (rounds, noise): the ratio of medians over all calls; in brackets the median "
-              f"over {args.rounds} interleaved rounds ({args.runs} calls of each runtime per round) of each round's "
-              "ratio, and the noise: twice the robust standard deviation (1.4826 × MAD) of the round ratios, at "
+              "", f"tuned / untuned (rounds, noise): the ratio of end-to-end medians over all calls; in brackets the "
+              f"median over {args.rounds} interleaved rounds ({args.runs} calls of each runtime per round, the order "
+              "rotating) of each round's ratio of step sums, and the noise: twice the robust standard deviation (1.4826 × MAD) of the round ratios, at "
               f"least --tolerance {args.tolerance:.0%}. A model counts as slower when the median round ratio "
               "exceeds 1 + noise.",
               "", "Rows whose tuned model deploys only default configs (0 steps not on the default config) compare "

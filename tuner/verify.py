@@ -65,6 +65,10 @@ class Measured:
     in_model: dict                # workload key -> median seconds per occurrence
     runs: int
     configs: dict = field(default_factory=dict)   # workload key -> the config the first model ran it with
+    # Σ over steps of each step's median + the median time outside steps (`step_sum`): on a loaded
+    # machine preemption lands in some step of most calls, inflating end-to-end medians; this does not
+    tuned_steps_s: float | None = None
+    default_steps_s: float | None = None
 
 
 @dataclass
@@ -103,6 +107,13 @@ def interleaved(models: list, feeds: dict, runs: int) -> list[tuple[list, np.nda
     return [(tot, np.asarray(per)) for tot, per in out]
 
 
+def step_sum(totals, per) -> float:
+    """Σ over steps of each step's median seconds + the median of (end to end - Σ steps):
+    a call's latency with each part at its typical time (`runtime.profile`'s total)."""
+    per = np.asarray(per, dtype=float).reshape(len(totals), -1)
+    return float(np.median(per, axis=0).sum() + np.median(np.asarray(totals) - per.sum(axis=1)))
+
+
 def load_pair(graph, db, settings, fallback: str | None = None):
     """(model with the database's best configs, ignoring earlier verdicts; model with default configs)."""
     import runtime
@@ -126,7 +137,7 @@ def _kernel_steps(steps) -> dict[str, list[int]]:
 def measured_pair(tuned, default, feeds: dict, runs: int, timed=None) -> Measured:
     """Run `tuned` and `default` in turn (`interleaved`; `timed`: its result, when already run) and
     summarize as a `Measured`."""
-    (t_tot, t_per), (d_tot, _) = timed or interleaved([tuned, default], feeds, runs)
+    (t_tot, t_per), (d_tot, d_per) = timed or interleaved([tuned, default], feeds, runs)
     steps = tuned.prepare(feeds).steps
     occurrences = _kernel_steps(steps)
     cols = [k for idx in occurrences.values() for k in idx]
@@ -134,7 +145,7 @@ def measured_pair(tuned, default, feeds: dict, runs: int, timed=None) -> Measure
     in_model = {key: float(np.median(t_per[:, idx].sum(axis=1) / len(idx))) for key, idx in occurrences.items()}
     configs = {key: steps[idx[0]].kernel.kernel.config.to_json() for key, idx in occurrences.items()}
     return Measured(float(np.median(t_tot)), float(np.median(d_tot)), float(np.median(other)), in_model,
-                    max(1, runs), configs)
+                    max(1, runs), configs, step_sum(t_tot, t_per), step_sum(d_tot, d_per))
 
 
 def verify_in_model(graph, db, sizes: dict, settings, runs: int = 15, fallback: str | None = None,

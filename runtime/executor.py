@@ -246,6 +246,8 @@ class CompiledModel:
         self._states: dict[tuple, object] = {}       # (subgraph, template, version, config) -> packed state
         self.stats = {"binds": 0, "bind_reused": 0, "compiles": 0}
         self._lock = threading.Lock()
+        self._parent: CompiledModel | None = None   # the model whose control-flow node runs this one as a body
+        self._timing = False                         # a timed call is running (its bodies then time theirs)
         names = list(graph.inputs) + list(graph.constants)
         names += [o for n in graph.nodes for o in n.outputs if o]
         self._slot = {v: k for k, v in enumerate(dict.fromkeys(names))}
@@ -279,8 +281,10 @@ class CompiledModel:
     def _nested(self, body: Graph) -> "CompiledModel":
         """A control-flow body, simplified, partitioned and compiled like any graph."""
         g = simplify(body)
-        return CompiledModel(g, partition(g), self.chooser, strict=self.strict, plan_memory=self.plan_memory,
-                             fallback=self.fallback)
+        m = CompiledModel(g, partition(g), self.chooser, strict=self.strict, plan_memory=self.plan_memory,
+                          fallback=self.fallback)
+        m._parent = self
+        return m
 
     @property
     def input_names(self) -> list[str]:
@@ -638,7 +642,9 @@ class CompiledModel:
         with self._lock:
             feeds, prog = self._program_for(feeds)
             while True:
-                if times is None and not prog.timed:   # a program's first call is timed: coverage's time shares
+                # a program's first call is timed (coverage's time shares), and a body's calls while its
+                # enclosing model's call is: the coverage takes the bodies' time out of their node's
+                if times is None and (not prog.timed or (self._parent is not None and self._parent._timing)):
                     times = []
                 try:
                     if times is None:
@@ -679,18 +685,22 @@ class CompiledModel:
         env = self._start(feeds, prog)
         run_step = self._run_step
         perf = time.perf_counter
-        for step in prog.steps:
-            t0 = perf()
-            fixed = step.fixed
-            if fixed is not None:
-                for run, args in fixed:
-                    run(*args)
-            else:
-                run_step(prog, step, env)
-            dt = perf() - t0
-            times.append(dt)
-            step.seconds += dt
-            step.calls += 1
+        self._timing = True
+        try:
+            for step in prog.steps:
+                t0 = perf()
+                fixed = step.fixed
+                if fixed is not None:
+                    for run, args in fixed:
+                        run(*args)
+                else:
+                    run_step(prog, step, env)
+                dt = perf() - t0
+                times.append(dt)
+                step.seconds += dt
+                step.calls += 1
+        finally:
+            self._timing = False
         return self._results(feeds, env)
 
     def _run_step(self, prog: Program, step: Step, env: list) -> None:

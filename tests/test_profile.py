@@ -136,3 +136,21 @@ def test_tune_run_refuses_a_profile_it_cannot_take(cnn, capsys, argv, message):
     path, _, _ = cnn
     assert run_main(["--model", str(path), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_loop_body_is_timed_exactly_when_its_enclosing_call_is():
+    """The coverage takes a body's time out of its Loop node's: both must come from the same calls."""
+    try:
+        from tests.test_control_flow import loop_model
+    except ImportError:
+        from test_control_flow import loop_model
+    cm = runtime.load(loop_model(), settings=Settings.from_env().with_(threads=1))
+    feeds = {"x": np.ones((2, 8), np.float32), "M": np.array(3, np.int64)}
+    for _ in range(3):       # the first call is timed, the next two are not
+        cm.run(feeds)
+    cm.run_timed(feeds)
+    (loop,) = [s for s in cm.prepare(feeds).steps if s.kind == "control_flow"]
+    assert loop.calls == 2
+    bodies = loop.session.compiled
+    assert bodies and all(s.calls == 2 * 3 for b in bodies for p in b._programs.values() for s in p.steps)
+    assert cm.coverage().seconds["control_flow"] >= -1e-9

@@ -73,6 +73,7 @@ class OrtProfile:
     runs: int = 0
     threads: int = 1
     plain_s: float | None = None         # end-to-end seconds of a session without the profiler, run in turn
+    plain_cpu_s: float | None = None     # its calling thread's CPU seconds per call (median)
 
     @property
     def overhead_s(self) -> float:
@@ -89,6 +90,8 @@ class Profile:
     wall_s: float                         # median end-to-end seconds of the timed calls
     threads: int
     overhead: float = 0.0                 # median over calls of end-to-end - Σ steps
+    cpu_s: float | None = None            # the calling thread's CPU seconds per call (median): on one thread
+                                          # all the work, and no time lost to preemption
     onnxruntime: OrtProfile | None = None
     unmatched: dict = field(default_factory=dict)   # op type -> onnxruntime seconds no step accounts for
 
@@ -127,6 +130,11 @@ class Profile:
         if ort is not None:
             head += (f"; onnxruntime {_ms(ort.total_s)} under its own profiler ({_ratio(self.total_s, ort.total_s)}), "
                      f"{_ms(ort.plain_s or 0)} without ({_ratio(self.total_s, ort.plain_s)})")
+        if self.threads == 1 and self.cpu_s:
+            head += f"\nCPU time of the calling thread per call: {_ms(self.cpu_s)}"
+            if ort is not None and ort.plain_cpu_s:
+                head += (f", onnxruntime without its profiler {_ms(ort.plain_cpu_s)} "
+                         f"({_ratio(self.cpu_s, ort.plain_cpu_s)})")
         cols = ["kind", "steps", "ms/call", "share"] + (["onnxruntime ms", "vs onnxruntime"] if ort else [])
         rows = [cols]
         for g in self.groups():
@@ -162,10 +170,12 @@ class Profile:
     def to_json(self) -> dict:
         ort = self.onnxruntime
         return {"total_s": self.total_s, "overhead_s": self.overhead_s, "runs": self.runs, "wall_s": self.wall_s,
+                "cpu_s": self.cpu_s,
                 "threads": self.threads, "groups": [asdict(g) for g in self.groups()],
                 "steps": [asdict(s) for s in self.steps], "static": [asdict(s) for s in self.static],
                 "onnxruntime": None if ort is None else {
-                    "total_s": ort.total_s, "plain_s": ort.plain_s, "overhead_s": ort.overhead_s, "by_op": ort.by_op, "runs": ort.runs,
+                    "total_s": ort.total_s, "plain_s": ort.plain_s, "plain_cpu_s": ort.plain_cpu_s,
+                    "overhead_s": ort.overhead_s, "by_op": ort.by_op, "runs": ort.runs,
                     "threads": ort.threads, "unmatched": self.unmatched}}
 
 
@@ -189,12 +199,13 @@ def profile(model, feeds: dict, runs: int = 10, warmup: int = 1, onnx_model=None
         model.run(feeds)
         if ort is not None:
             ort.run()
-    totals, per_step = [], []
-    perf = time.perf_counter
+    totals, per_step, cpu = [], [], []
+    perf, thread_time = time.perf_counter, time.thread_time
     for _ in range(runs):   # with onnxruntime: in turn, so that a shared machine's load hits both alike
-        t0 = perf()
+        c0, t0 = thread_time(), perf()
         _, times = model.run_timed(feeds)
         totals.append(perf() - t0)
+        cpu.append(thread_time() - c0)
         per_step.append(times)
         if ort is not None:
             ort.run()
@@ -206,7 +217,8 @@ def profile(model, feeds: dict, runs: int = 10, warmup: int = 1, onnx_model=None
     overhead = float(np.median([totals[k] for k in keep] - per.sum(axis=1)))
     steps = [_step_profile(k, s, float(med[k])) for k, s in enumerate(prog.steps)]
     static = [_step_profile(s.index, s, 0.0) for s in prog.static_steps]
-    out = Profile(float(med.sum()) + overhead, steps, static, len(keep), float(np.median(totals)), threads, overhead)
+    out = Profile(float(med.sum()) + overhead, steps, static, len(keep), float(np.median(totals)), threads, overhead,
+                  float(np.median(cpu)))
     if ort is not None:
         out.onnxruntime = ort.finish(warmup)
         out.unmatched = attribute(out.onnxruntime, steps + static, prog.steps + prog.static_steps)
@@ -296,14 +308,16 @@ class OrtProfiler:
         wanted = {i.name for i in self.session.get_inputs()}
         self.feeds = {k: v for k, v in feeds.items() if k in wanted}
         self.plain_times: list[float] = []
+        self.plain_cpu: list[float] = []
 
     def run(self) -> None:
         """One call of the profiled session, then one of the plain one (timed)."""
         try:
             self.session.run(None, self.feeds)
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             self.plain.run(None, self.feeds)
             self.plain_times.append(time.perf_counter() - t0)
+            self.plain_cpu.append(time.thread_time() - c0)
         except Exception as e:  # noqa: BLE001
             raise ProfileError(f"onnxruntime could not run the model: {_first_line(e)}") from None
 
@@ -316,6 +330,8 @@ class OrtProfiler:
             out.source_outputs = _node_outputs(self._source)
             timed = self.plain_times[warmup:]
             out.plain_s = float(np.median(timed)) if timed else None
+            cpu = self.plain_cpu[warmup:]
+            out.plain_cpu_s = float(np.median(cpu)) if cpu else None
             return out
         finally:
             self._tmp.cleanup()

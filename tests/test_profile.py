@@ -70,7 +70,8 @@ def test_onnxruntime_nodes_go_to_the_steps_that_compute_them(cnn):
     path, model, feeds = cnn
     prof = model.profile(feeds, runs=4, onnx_model=str(path))
     ort = prof.onnxruntime
-    assert ort is not None and ort.runs == 4 and ort.plain_s > 0 and ort.by_op
+    assert ort is not None and ort.runs == 4 and ort.plain_s > 0 and ort.plain_cpu_s > 0 and ort.by_op
+    assert prof.cpu_s > 0 and "CPU time of the calling thread" in prof.table()
     attributed = sum(s.onnxruntime_s for s in prof.steps + prof.static)
     assert attributed + sum(prof.unmatched.values()) == pytest.approx(sum(ort.by_op.values()))
     conv = next(s for s in prof.steps if s.group == "conv2d")

@@ -93,15 +93,15 @@ def compare(tuned, untuned, sess, feeds: dict, runs: int, rounds: int):
     return measured_pair(tuned, untuned, feeds, runs * rounds, timed_runs), ratios, wall, cpu
 
 
-def versus_ort(wall: dict, cpu: dict, threads: int) -> tuple[dict, str]:
-    """Seconds per call of each runtime for the comparison with onnxruntime, and what they are.
+def versus_ort(wall: dict, cpu: dict, threads: int) -> dict:
+    """Seconds per call of each runtime for the comparison with onnxruntime.
     On one thread every runtime computes in the calling thread: its CPU time per call
     (median), which preemption does not inflate (measured on the loaded machine: 16 ms
     lost in 58 % of 2 ms BERT calls, wall medians 4x the CPU time for ViT). On more
     threads the wall time's 20th percentile, the least preempted calls."""
     if threads == 1:
-        return {k: float(np.median(v)) for k, v in cpu.items()}, "median CPU time of the calling thread"
-    return {k: float(np.percentile(v, 20)) for k, v in wall.items()}, "20th percentile of wall time"
+        return {k: float(np.median(v)) for k, v in cpu.items()}
+    return {k: float(np.percentile(v, 20)) for k, v in wall.items()}
 
 
 def beyond_noise(ratios: list[float], floor: float) -> tuple[bool, float, float]:
@@ -146,7 +146,7 @@ def bench(name: str, label: str, proto, sizes: dict, threads: int, args, work: P
         so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
         measured, ratios, wall, cpu = compare(tuned, untuned, sess, feeds, args.runs, args.rounds)
-        vs, vs_what = versus_ort(wall, cpu, threads)
+        vs = versus_ort(wall, cpu, threads)
         differ = sum(a.kernel is not None and b.kernel is not None and a.kernel.kernel.config != b.kernel.kernel.config
                      for a, b in zip(tuned.prepare(feeds).steps, untuned.prepare(feeds).steps))
         ref = sess.run(None, feeds)[0]
@@ -161,8 +161,7 @@ def bench(name: str, label: str, proto, sizes: dict, threads: int, args, work: P
     return {"model": label, "threads": threads, "tuned_ms": measured.tuned_steps_s * 1e3,
             "untuned_ms": measured.default_steps_s * 1e3, "tuned_e2e_ms": measured.tuned_s * 1e3,
             "untuned_e2e_ms": measured.default_s * 1e3, "ort_e2e_ms": float(np.median(wall["ort"])) * 1e3,
-            "tuned_vs_ms": vs["tuned"] * 1e3, "untuned_vs_ms": vs["untuned"] * 1e3, "ort_ms": vs["ort"] * 1e3,
-            "vs_what": vs_what, "est_ms": est * 1e3 if est else None, "alone_ms": alone * 1e3 if alone else None,
+            "tuned_vs_ms": vs["tuned"] * 1e3, "untuned_vs_ms": vs["untuned"] * 1e3, "ort_ms": vs["ort"] * 1e3, "est_ms": est * 1e3 if est else None, "alone_ms": alone * 1e3 if alone else None,
             "round_ratio": ratio, "noise": noise, "slower": slower, "tune_s": tune_s,
             "candidates": timing.candidates, "per_min": timing.per_minute, "compiles": timing.compiles,
             "tasks": len(reports), "tasks_measured": sum(r.best is not None for r in reports),
@@ -206,13 +205,14 @@ def write_results(rows: list[dict], args, names: list[str], total: float, done: 
         "its default config, the faster deployed.",
         "",
         f"Machine: {machine()}. The cores were shared with other jobs while this ran: absolute times are noisy; "
-        f"the three runtimes ran in turn ({args.rounds} rounds of {args.runs} calls each, medians), so their ratios are comparable.",
+        f"the three runtimes ran in turn ({args.rounds} rounds of {args.runs} calls each, medians), so their "
+        "ratios are comparable.",
         "",
         "| model | threads | untuned ms | tuned ms | onnxruntime ms | tuned / untuned (rounds, noise) | "
         "tuned / onnxruntime | tune estimate ms | estimate / measured | kernels alone: estimate / measured | "
         "candidates (per min) | tasks measured | rejected in model | steps not on the default config | kernels | "
         "max abs err |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        "| --- " + "| ---: " * 13 + "| --- | ---: |",
     ]
     for r in rows:
         ts = r["tuned_ms"]
@@ -239,12 +239,14 @@ def write_results(rows: list[dict], args, names: list[str], total: float, done: 
               "optimized); its ratio shows how much slower the kernels run inside the model.",
               "", f"tuned / untuned (rounds, noise): the ratio of step sums over all calls; in brackets the "
               f"median over {args.rounds} interleaved rounds ({args.runs} calls of each runtime per round, the order "
-              "rotating) of each round's ratio of step sums, and the noise: twice the robust standard deviation (1.4826 × MAD) of the round ratios, at "
+              "rotating) of each round's ratio of step sums, and the noise: twice the robust standard deviation "
+              "(1.4826 × MAD) of the round ratios, at "
               f"least --tolerance {args.tolerance:.0%}. A model counts as slower when the median round ratio "
               "exceeds 1 + noise.",
               "", "Rows whose tuned model deploys only default configs (0 steps not on the default config) compare "
               "two identical models: their difference is the noise of the machine.",
-              "", "Tuned slower than untuned (beyond the noise): " + (", ".join(f"{r['model']} at {r['threads']} thread(s)" for r in slower)
+              "", "Tuned slower than untuned (beyond the noise): "
+              + (", ".join(f"{r['model']} at {r['threads']} thread(s)" for r in slower)
                                             if slower else "none.")]
     out.write_text("\n".join(lines) + "\n")
     write_png(rows, out.with_suffix(".png"))

@@ -83,21 +83,18 @@ class OrtProfile:
 
 @dataclass
 class Profile:
+    """A model's call, step by step (`profile`): `groups()` and `table()` summarize it."""
     total_s: float                        # seconds per call: Σ step medians + median overhead
     steps: list[StepProfile]
     static: list[StepProfile]             # shape computations folded at build time (0 s per call)
     runs: int
     wall_s: float                         # median end-to-end seconds of the timed calls
     threads: int
-    overhead: float = 0.0                 # median over calls of end-to-end - Σ steps
+    overhead_s: float = 0.0               # the executor's: median over calls of end-to-end - Σ steps
     cpu_s: float | None = None            # the calling thread's CPU seconds per call (median): on one thread
                                           # all the work, and no time lost to preemption
     onnxruntime: OrtProfile | None = None
     unmatched: dict = field(default_factory=dict)   # op type -> onnxruntime seconds no step accounts for
-
-    @property
-    def overhead_s(self) -> float:
-        return self.overhead
 
     def groups(self) -> list[GroupProfile]:
         """One row per group, slowest first, then the folded shape computations and the

@@ -14,6 +14,7 @@ from runtime.executor import MAX_PROGRAMS, CompiledModel, Coverage, FallbackErro
 from runtime.fallback import FALLBACKS, check_fallback
 from runtime.memory import MemoryPlan
 from runtime.plan import Plan, PlanEntry, PlanError
+from runtime.profile import Profile, ProfileError, profile
 
 
 def load(model, db=None, plan=None, dims: dict | None = None, target: str | None = None,
@@ -107,4 +108,4 @@ def build_plan(graph, db, points: list[dict], target_key: str, model_name: str =
 
 
 __all__ = ["load", "build_plan", "default_sizes", "CompiledModel", "Coverage", "MemoryPlan", "Plan", "PlanEntry",
-           "PlanError", "FallbackError", "FALLBACKS"]
+           "PlanError", "FallbackError", "FALLBACKS", "Profile", "ProfileError", "profile"]

@@ -26,6 +26,12 @@ def _parser():
                         "GPU; subgraphs without a GPU kernel run on the CPU, shown as cpu-fallback)")
     p.add_argument("--check", action="store_true", help="compare outputs with onnxruntime")
     p.add_argument("--bench", type=int, default=0, metavar="N", help="time N runs; print p50/p95/p99")
+    p.add_argument("--profile", action="store_true",
+                   help="time every step over --profile-runs runs; print where the time goes by template or kind "
+                        "(executor overhead = total - sum of steps)")
+    p.add_argument("--profile-runs", type=int, default=10, metavar="N", help="runs a --profile times (default 10)")
+    p.add_argument("--vs-onnxruntime", action="store_true",
+                   help="with --profile: onnxruntime's own profile of the same inputs beside each row, run in turn")
     p.add_argument("--strict", action="store_true",
                    help="fail if any subgraph would run on the reference path or in onnxruntime")
     p.add_argument("--fallback", default=None, metavar="onnxruntime",
@@ -91,21 +97,27 @@ def _run(args) -> int:
     for flag, v in (("--bench", args.bench), ("--seed", args.seed)):
         if v < 0:
             raise TensortuneError(f"{flag} must be >= 0, got {v}")
+    if args.profile_runs < 1:
+        raise TensortuneError(f"--profile-runs must be >= 1, got {args.profile_runs}")
+    if args.vs_onnxruntime and not args.profile:
+        raise TensortuneError("--vs-onnxruntime compares a profile: add --profile")
     with warnings.catch_warnings(record=True) as caught:  # every warning goes in the report
         warnings.simplefilter("always")
-        report, cov, mem = _report(args)
+        report, cov, mem, prof = _report(args)
     report["warnings"] = list(dict.fromkeys(redact(w.message) for w in caught))
     if args.json:
         print(json.dumps(report, indent=1))
     else:
         _print_text(args, report, cov, mem)
+        if prof is not None:
+            print(prof.table())
     if "check" in report and not report["check"]["ok"]:
         return 3
     return 0
 
 
 def _report(args):
-    """(the JSON report, kernel coverage, memory plan) of loading and running the model."""
+    """(the JSON report, kernel coverage, memory plan, profile or None) of loading and running the model."""
     import runtime
     from ir.shapes import parse_dim_ranges, parse_shape_points
     dims = parse_dim_ranges(args.dim)
@@ -130,11 +142,15 @@ def _report(args):
             model.run(feeds)
             lat.append(time.perf_counter() - t0)
         report["latency_ms"] = {f"p{q}": float(np.percentile(lat, q) * 1e3) for q in (50, 95, 99)}
+    prof = None
+    if args.profile:
+        prof = model.profile(feeds, runs=args.profile_runs, onnx_model=args.model if args.vs_onnxruntime else None)
+        report["profile"] = prof.to_json()
     cov = model.coverage(sizes)
     report["coverage"] = cov.to_json()
     mem = model.memory(sizes)
     report["memory"] = mem.to_json()
-    return report, cov, mem
+    return report, cov, mem, prof
 
 
 def _print_text(args, report, cov, mem) -> None:

@@ -19,6 +19,10 @@ Python call per kernel function; only steps reading a feed or a value made on th
 call, or writing a graph output, fill those few arguments per call. Feeds of a
 (name, shape, dtype) signature seen before go straight to their program. A cold
 program's distinct uncached kernels compile on worker processes at once.
+
+`run` reads no clock. `run_timed` is the profiling mode (`runtime.profile`): the same
+steps with the time of each; a program's first call runs that way too, so that the
+coverage's time shares are known without a cost on later calls.
 """
 from __future__ import annotations
 
@@ -126,8 +130,8 @@ class Step:
     host: bool = False            # a GPU model's step that runs on the host (CPU kernel, reference, onnxruntime)
     session: object = None        # OrtRegion of an onnxruntime step, ControlFlow of an If/Loop/Scan
     name: str = ""
-    seconds: float = 0.0
-    calls: int = 0
+    seconds: float = 0.0          # summed over the timed calls (`run_timed`, a program's first call)
+    calls: int = 0                # how many timed calls ran it
     in_slots: list = field(default_factory=list)
     # (value, slot, planned view or None, graph output?) for every value the step hands on
     outs: list = field(default_factory=list)
@@ -149,6 +153,7 @@ class Program:
     static: dict = field(default_factory=dict)         # slot -> value computed at build time
     static_steps: list = field(default_factory=list)   # the steps those came from (for coverage)
     env0: list = field(default_factory=list)           # each call's environment to start from
+    timed: bool = False                                # a call of it has been timed step by step
 
 
 @dataclass
@@ -241,6 +246,8 @@ class CompiledModel:
         self._states: dict[tuple, object] = {}       # (subgraph, template, version, config) -> packed state
         self.stats = {"binds": 0, "bind_reused": 0, "compiles": 0}
         self._lock = threading.Lock()
+        self._parent: CompiledModel | None = None   # the model whose control-flow node runs this one as a body
+        self._timing = False                         # a timed call is running (its bodies then time theirs)
         names = list(graph.inputs) + list(graph.constants)
         names += [o for n in graph.nodes for o in n.outputs if o]
         self._slot = {v: k for k, v in enumerate(dict.fromkeys(names))}
@@ -274,8 +281,10 @@ class CompiledModel:
     def _nested(self, body: Graph) -> "CompiledModel":
         """A control-flow body, simplified, partitioned and compiled like any graph."""
         g = simplify(body)
-        return CompiledModel(g, partition(g), self.chooser, strict=self.strict, plan_memory=self.plan_memory,
-                             fallback=self.fallback)
+        m = CompiledModel(g, partition(g), self.chooser, strict=self.strict, plan_memory=self.plan_memory,
+                          fallback=self.fallback)
+        m._parent = self
+        return m
 
     @property
     def input_names(self) -> list[str]:
@@ -614,47 +623,104 @@ class CompiledModel:
         return conv, sizes
 
     def run(self, feeds: dict) -> dict:
+        return self._execute(feeds, None)
+
+    def run_timed(self, feeds: dict) -> tuple[dict, list[float]]:
+        """(outputs, seconds of each step of this call's program, in order): the profiling run
+        mode (`runtime.profile`). `run` itself reads no clock: its loop stays free of timing."""
+        times: list[float] = []
+        return self._execute(feeds, times), times
+
+    def profile(self, feeds: dict, runs: int = 10, warmup: int = 1, onnx_model=None):
+        """Where a call's time goes, step by step (`runtime.profile.profile`): a `Profile`
+        whose `table()` groups the steps by template or kind; `onnx_model` (path or
+        ModelProto) adds onnxruntime's own profile of the same feeds beside it."""
+        from runtime.profile import profile
+        return profile(self, feeds, runs=runs, warmup=warmup, onnx_model=onnx_model)
+
+    def _execute(self, feeds: dict, times: list | None) -> dict:
         with self._lock:
             feeds, prog = self._program_for(feeds)
             while True:
+                # a program's first call is timed (coverage's time shares), and a body's calls while its
+                # enclosing model's call is: the coverage takes the bodies' time out of their node's
+                if times is None and (not prog.timed or (self._parent is not None and self._parent._timing)):
+                    times = []
                 try:
-                    return self._run(feeds, prog)
+                    if times is None:
+                        return self._run(feeds, prog)
+                    prog.timed = True
+                    del times[:]
+                    return self._run_timed(feeds, prog, times)
                 except _RefFailed as e:  # only with a fallback: that node moves to onnxruntime
                     self._unsupported.add(e.node.name)
                     self._index()
                     self._programs.clear()
                     prog = self.program(prog.sizes)
 
-    def _run(self, feeds: dict, prog: Program) -> dict:
+    def _start(self, feeds: dict, prog: Program) -> list:
+        """This call's environment: the program's, with the feeds in their slots."""
         env = list(prog.env0)
         slot, backend = self._slot, self.backend
         device = backend.device
         for k, v in feeds.items():   # on a GPU: one host-to-device copy per input and call
             env[slot[k]] = backend.asarray(v, v.dtype) if device else v
-        perf = time.perf_counter
-        t0 = perf()
+        return env
+
+    def _run(self, feeds: dict, prog: Program) -> dict:
+        env = self._start(feeds, prog)
+        run_step = self._run_step
         for step in prog.steps:
             fixed = step.fixed
             if fixed is not None:          # a kernel on the program's own buffers
                 for run, args in fixed:
                     run(*args)
-            elif step.host:                # a GPU model's step without a GPU kernel: on host copies
-                self._run_on_host(prog, step, env)
-            elif step.kernel is not None:  # a kernel reading a feed or a value made on this call
-                _, s, view, _ = step.outs[0]
-                out = view if view is not None else backend.empty(step.out_shape, step.out_dtype)
-                arrays = [env[i] for i in step.in_slots] if step.dynamic_inputs else None
-                for run, args in step.plan.fill(arrays, out):
-                    run(*args)
-                env[s] = out
-            elif step.session is not None:
-                self._hand_on(step, step.session([env[i] if i >= 0 else None for i in step.in_slots]), env)
             else:
-                self._run_reference(prog, step, env)
-            t1 = perf()
-            step.seconds += t1 - t0
-            step.calls += 1
-            t0 = t1
+                run_step(prog, step, env)
+        return self._results(feeds, env)
+
+    def _run_timed(self, feeds: dict, prog: Program, times: list) -> dict:
+        """`_run` with a clock read around every step: seconds per step appended to `times`
+        and added to the steps' totals (`Step.seconds`, `Step.calls`)."""
+        env = self._start(feeds, prog)
+        run_step = self._run_step
+        perf = time.perf_counter
+        self._timing = True
+        try:
+            for step in prog.steps:
+                t0 = perf()
+                fixed = step.fixed
+                if fixed is not None:
+                    for run, args in fixed:
+                        run(*args)
+                else:
+                    run_step(prog, step, env)
+                dt = perf() - t0
+                times.append(dt)
+                step.seconds += dt
+                step.calls += 1
+        finally:
+            self._timing = False
+        return self._results(feeds, env)
+
+    def _run_step(self, prog: Program, step: Step, env: list) -> None:
+        """One step whose launch is not fixed for the program's life."""
+        if step.host:                    # a GPU model's step without a GPU kernel: on host copies
+            self._run_on_host(prog, step, env)
+        elif step.kernel is not None:    # a kernel reading a feed or a value made on this call
+            _, s, view, _ = step.outs[0]
+            out = view if view is not None else self.backend.empty(step.out_shape, step.out_dtype)
+            arrays = [env[i] for i in step.in_slots] if step.dynamic_inputs else None
+            for run, args in step.plan.fill(arrays, out):
+                run(*args)
+            env[s] = out
+        elif step.session is not None:
+            self._hand_on(step, step.session([env[i] if i >= 0 else None for i in step.in_slots]), env)
+        else:
+            self._run_reference(prog, step, env)
+
+    def _results(self, feeds: dict, env: list) -> dict:
+        device, backend = self.backend.device, self.backend
         result = {}
         for o, s, maybe_shared in self._outputs:
             v = env[s]

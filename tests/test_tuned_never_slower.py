@@ -120,13 +120,17 @@ def test_a_config_fast_alone_but_slow_in_the_model_is_replaced_by_the_default(se
     plan = runtime.build_plan(graph, db, points, target.key, target=target)
     assert [e.config for e in plan.entries] == [{"reps": 1}]
 
-    # the estimate: occurrences x the alone median of the deployed config (the default's 1 us), plus what
-    # runs outside kernels in the model
+    # the estimate: occurrences x the deployed config's (the default's) time inside the model, as the check
+    # measured it, plus what runs outside kernels in the model; timed alone it would be the default's 1 us
     rep = TaskReport(tasks[0], best=1e-9, best_config={"reps": 64}, default=1e-6)
     m = v.measured
-    assert deployed_estimate([rep], db, target.key, m, v) == pytest.approx(1e-6 + m.other_s)
-    # without the verdict the estimate is the stored best's 1 ns: what misled the tuner
-    assert deployed_estimate([rep], db, target.key, m) == pytest.approx(1e-9 + m.other_s)
+    assert deployed_estimate([rep], db, target.key, m, v) == pytest.approx(verdict.default_s + m.other_s)
+    assert deployed_estimate([rep], db, target.key, m, v, in_model=False) == pytest.approx(1e-6 + m.other_s)
+    # without the verdict the tuned config counts as deployed: with its stored in-model time, or alone with the
+    # stored best's 1 ns, what misled the tuner
+    assert deployed_estimate([rep], db, target.key, m) == pytest.approx(verdict.tuned_s + m.other_s)
+    assert deployed_estimate([rep], db, target.key, m, in_model=False) == pytest.approx(1e-9 + m.other_s)
+    assert m.configs == {wl.key: {"reps": 64}}
     assert m.in_model[wl.key] > 0 and m.tuned_s >= m.in_model[wl.key]
 
 
@@ -149,3 +153,13 @@ def test_the_agreement_line_warns_beyond_the_tolerance():
     assert "more than 20%" in agreement_line(1e-3, 2e-3, 2.5e-3)
     line = agreement_line(1.9e-3, 2e-3, 2.5e-3)
     assert "more than" not in line and "-5% off" in line and "tuned/untuned 0.80" in line
+
+
+def test_the_step_sum_ignores_a_preemption_that_lands_in_a_different_step_each_call():
+    from tuner.verify import step_sum
+    per = np.full((5, 4), 1e-3)
+    for k in range(3):          # 3 of 5 calls lose 16 ms, each in another step
+        per[k, k] += 16e-3
+    totals = per.sum(axis=1) + 1e-4    # 0.1 ms outside the steps
+    assert np.median(totals) > 16e-3
+    assert step_sum(totals, per) == pytest.approx(4e-3 + 1e-4)

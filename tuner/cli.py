@@ -246,12 +246,12 @@ def _run(args) -> int:
             print(f"end-to-end latency not measured: {type(e).__name__}: {redact(e)}", file=sys.stderr)
             deployed = None
         if deployed is not None:
-            # the deployed configs' medians alone, plus what the model runs besides its kernels
+            # the deployed configs' in-model times (the check's), plus the model's time outside its kernels
             est = deployed_estimate(reports, db, host_target(settings.backend, settings).key, deployed,
                                     reports.verification)
             print(f"end-to-end at {points[0] or 'static shape'}: "
-                  f"{agreement_line(est, deployed.tuned_s, deployed.default_s)} (whole model deployed from the "
-                  f"database and untuned, in turn, median of {args.measure_runs} runs)")
+                  f"{agreement_line(est, deployed.tuned_steps_s, deployed.default_steps_s)} (whole model deployed "
+                  f"from the database and untuned, in turn, {args.measure_runs} runs: each step's median, summed)")
             if args.log_file:
                 import json
                 import time

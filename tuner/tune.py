@@ -624,8 +624,9 @@ def agreement_line(estimated: float | None, measured: float, untuned: float | No
         text += f", untuned {_ms(untuned)} (tuned/untuned {measured / untuned:.2f})"
     if estimated:
         off = estimated / measured - 1.0
-        text += f"; estimate {off:+.0%} off" + (f" (more than {tolerance:.0%}: the kernels ran slower or faster "
-                                                 "in the model than alone)" if abs(off) > tolerance else "")
+        text += f"; estimate {off:+.0%} off" + (f" (more than {tolerance:.0%}: the model ran slower or faster than "
+                                                 "the estimate's kernel times predict; `tune-run --profile` shows "
+                                                 "where)" if abs(off) > tolerance else "")
     return text
 
 

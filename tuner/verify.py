@@ -14,6 +14,10 @@ its median the in-model seconds per occurrence): `runtime.choose` deploys the fa
 of them whenever the database's best config is one that was verified, so
 `runtime.load(db=...)` and `build_plan` deploy what this step decided. A new best
 found by a later `tune` is deployed unverified until that run verifies it.
+
+The same in-model times make tune's estimate of the deployed latency
+(`deployed_estimate`): each kernel counted with its time inside the model where this
+step measured it, not with its time alone, which is lower by the in-model penalty.
 """
 from __future__ import annotations
 
@@ -60,6 +64,11 @@ class Measured:
     other_s: float
     in_model: dict                # workload key -> median seconds per occurrence
     runs: int
+    configs: dict = field(default_factory=dict)   # workload key -> the config the first model ran it with
+    # Σ over steps of each step's median + the median time outside steps (`step_sum`): on a loaded
+    # machine preemption lands in some step of most calls, inflating end-to-end medians; this does not
+    tuned_steps_s: float | None = None
+    default_steps_s: float | None = None
 
 
 @dataclass
@@ -74,27 +83,35 @@ class Verification:
 
 
 def step_times(model, feeds: dict) -> tuple[float, list[float]]:
-    """(seconds of one run, seconds of each step in it)."""
-    steps = model.prepare(feeds).steps
-    before = [s.seconds for s in steps]
+    """(seconds of one run, seconds of each step in it): the executor's timed run mode."""
     t0 = time.perf_counter()
-    model.run(feeds)
-    total = time.perf_counter() - t0
-    return total, [s.seconds - b for s, b in zip(steps, before)]
+    _, steps = model.run_timed(feeds)
+    return time.perf_counter() - t0, steps
 
 
 def interleaved(models: list, feeds: dict, runs: int) -> list[tuple[list, np.ndarray]]:
     """Per model: (end-to-end seconds of each run, [runs x steps] seconds), the models run
-    in turn so that load on a shared machine hits them alike. One warm-up run each first."""
+    in turn so that load on a shared machine hits them alike, the order rotating from run
+    to run: on a loaded machine (2 cores, load 8-10) two copies of one model in a fixed
+    order measured up to 1.7x apart end to end, by position (which one changed with the
+    load), a bias that rotation cancels. One warm-up run each first."""
     for m in models:
         m.run(feeds)
     out = [([], []) for _ in models]
-    for _ in range(max(1, runs)):
-        for m, (tot, per) in zip(models, out):
-            t, steps = step_times(m, feeds)
-            tot.append(t)
-            per.append(steps)
+    for r in range(max(1, runs)):
+        for k in range(len(models)):
+            j = (k + r) % len(models)
+            t, steps = step_times(models[j], feeds)
+            out[j][0].append(t)
+            out[j][1].append(steps)
     return [(tot, np.asarray(per)) for tot, per in out]
+
+
+def step_sum(totals, per) -> float:
+    """Σ over steps of each step's median seconds + the median of (end to end - Σ steps):
+    a call's latency with each part at its typical time (`runtime.profile`'s total)."""
+    per = np.asarray(per, dtype=float).reshape(len(totals), -1)
+    return float(np.median(per, axis=0).sum() + np.median(np.asarray(totals) - per.sum(axis=1)))
 
 
 def load_pair(graph, db, settings, fallback: str | None = None):
@@ -120,12 +137,15 @@ def _kernel_steps(steps) -> dict[str, list[int]]:
 def measured_pair(tuned, default, feeds: dict, runs: int, timed=None) -> Measured:
     """Run `tuned` and `default` in turn (`interleaved`; `timed`: its result, when already run) and
     summarize as a `Measured`."""
-    (t_tot, t_per), (d_tot, _) = timed or interleaved([tuned, default], feeds, runs)
-    occurrences = _kernel_steps(tuned.prepare(feeds).steps)
+    (t_tot, t_per), (d_tot, d_per) = timed or interleaved([tuned, default], feeds, runs)
+    steps = tuned.prepare(feeds).steps
+    occurrences = _kernel_steps(steps)
     cols = [k for idx in occurrences.values() for k in idx]
     other = np.asarray(t_tot) - t_per[:, cols].sum(axis=1)
     in_model = {key: float(np.median(t_per[:, idx].sum(axis=1) / len(idx))) for key, idx in occurrences.items()}
-    return Measured(float(np.median(t_tot)), float(np.median(d_tot)), float(np.median(other)), in_model, max(1, runs))
+    configs = {key: steps[idx[0]].kernel.kernel.config.to_json() for key, idx in occurrences.items()}
+    return Measured(float(np.median(t_tot)), float(np.median(d_tot)), float(np.median(other)), in_model,
+                    max(1, runs), configs, step_sum(t_tot, t_per), step_sum(d_tot, d_per))
 
 
 def verify_in_model(graph, db, sizes: dict, settings, runs: int = 15, fallback: str | None = None,
@@ -171,33 +191,56 @@ def store_verdicts(db, verification: Verification, target) -> int:
 
 
 def deployed_estimate(reports, db, target_key: str, measured: Measured | None = None,
-                      verification: Verification | None = None) -> float | None:
+                      verification: Verification | None = None, in_model: bool = True) -> float | None:
     """The tuned model's latency as the tuner predicts it: Σ over tasks of occurrences ×
-    the tuner's median (timed alone) of the config that is deployed (the tuned best, or
-    the default where the in-model check rejected it), plus what the model runs besides
-    its kernels (reference and view steps, the executor loop) as `measured` in the model.
-    A task with no measurement of its deployed config counts with its in-model time;
-    None where that is not known either."""
+    the seconds per occurrence of the config that is deployed (the tuned best, or the
+    default where the in-model check rejected it), plus the time outside kernels.
+
+    A kernel timed alone runs faster than inside the model (hot weights, no neighbours:
+    see the module docstring), so with `in_model` each task counts with its time inside
+    the model where the in-model check measured its deployed config (`verification`, or
+    the `IN_MODEL` records an earlier check stored), else with the tuner's median alone,
+    else with its time in `measured`. The time outside kernels is the check's own
+    measurement of the model (`verification.measured`), else `measured`'s; both are
+    measured, never guessed. `in_model=False`: kernels as timed alone (what the search
+    optimized), for comparison. None where a task has no time at all."""
+    from ir.keys import config_hash
     rejected = {v.workload.key for v in verification.rejected} if verification else set()
-    in_model = measured.in_model if measured else {}
+    checked: dict[tuple, float] = {}   # (workload key, config hash) -> in-model seconds per occurrence
+    if verification is not None:
+        m = verification.measured
+        for key, t in m.in_model.items():
+            if key in m.configs:
+                checked[(key, config_hash(m.configs[key]))] = t
+        for v in verification.verdicts:
+            checked[(v.workload.key, config_hash(v.tuned_config))] = v.tuned_s
+            checked[(v.workload.key, config_hash(v.default_config))] = v.default_s
+    fallback = measured.in_model if measured else {}
     total = 0.0
     for r in reports:
         wl = r.task.workload
         cfg = r.task.template.default_config(wl).to_json() if wl.key in rejected or r.best_config is None \
             else r.best_config
-        med = _alone_median(db, wl.key, target_key, cfg)
+        med = None
+        if in_model:
+            med = checked.get((wl.key, config_hash(cfg)))
+            if med is None:
+                med = _median(db, wl.key, target_key, cfg, in_model=True)
         if med is None:
-            med = in_model.get(wl.key)
+            med = _median(db, wl.key, target_key, cfg, in_model=False)
+        if med is None:
+            med = fallback.get(wl.key)
         if med is None:
             return None
         total += r.task.weight * med
-    return total + (measured.other_s if measured else 0.0)
+    outside = verification.measured if verification is not None else measured
+    return total + (outside.other_s if outside else 0.0)
 
 
-def _alone_median(db, workload_key: str, target_key: str, config: dict) -> float | None:
-    """The best median of `config` as the tuner timed it (alone), not the in-model records."""
+def _median(db, workload_key: str, target_key: str, config: dict, in_model: bool) -> float | None:
+    """The best median of `config` timed inside the model (`IN_MODEL` records) or alone."""
     from ir.keys import config_hash
     h = config_hash(config)
     meds = [r.median for r in db.records(workload_key=workload_key, target_key=target_key, status="ok")
-            if r.config_hash == h and r.strategy != IN_MODEL and r.median is not None]
+            if r.config_hash == h and (r.strategy == IN_MODEL) == in_model and r.median is not None]
     return min(meds) if meds else None

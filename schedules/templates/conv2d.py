@@ -45,6 +45,7 @@ from schedules.microkernel import F0, k_range, register_tile
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
+from schedules.templates.conv2d_blocked import channel_block, conv_blocked, pack_w_blocked, pad_blocked
 
 # MR x NR; NR is the vectorized axis (see `vec`). With 16 vector registers (AVX2, or AVX-512
 # with LLVM's prefer-256-bit) 4x16, 6x16 and 4x24 keep 8-12 accumulators in registers; 8x16 and
@@ -80,7 +81,7 @@ def _tile_dims(regtile: str) -> tuple[int, int]:
 
 class Conv2dTemplate(Template):
     name = "conv2d"
-    version = 2   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input
+    version = 3   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`
 
     def matches(self, wl: Workload) -> bool:
         if not wl.ops or wl.ops[0]["op"] != "Conv" or wl.ops[0]["in"][:2] != ["i0", "i1"]:
@@ -106,14 +107,14 @@ class Conv2dTemplate(Template):
                 Knob("parallel", (True, False), code_shape=False),
             ])
         return ConfigSpace([
-            Knob("algo", ("direct", "im2col")),
+            Knob("algo", ("direct", "im2col", "blocked")),
             Knob("vec", ("oc", "px")),
             Knob("regtile", REG_TILES),
             Knob("order", ("oc_px", "px_oc")),
             Knob("parallel", (True, False), code_shape=False),
             Knob("OCB", BLOCKS, code_shape=False),
             Knob("PB", BLOCKS, code_shape=False),
-        ])
+        ], constraint=_blocked_vectors_along_channels)
 
     def default_config(self, wl: Workload) -> Config:
         """A per-shape heuristic (measured on ResNet-18 and MobileNetV2 layers, see
@@ -149,6 +150,8 @@ class Conv2dTemplate(Template):
         epi = _epilogue(wl)
         if cfg["algo"] == "depthwise":
             return self._lower_depthwise(wl, cfg, geo, epi)
+        if cfg["algo"] == "blocked":
+            return self._lower_blocked(wl, cfg, geo, epi)
         mr, nr = _tile_dims(cfg["regtile"])
         algo, order, vec = cfg["algo"], cfg["order"], cfg["vec"]
         tc, tp = (nr, mr) if vec == "oc" else (mr, nr)   # channels, pixels per tile
@@ -206,6 +209,44 @@ class Conv2dTemplate(Template):
         return Lowered(module, Launch(tuple(steps), prepare=prepare, packed=(wp,) if w_const else (),
                                       workspaces=tuple(work), tables=tables))
 
+    def _lower_blocked(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
+        """The NCHWc-style direct conv (`conv2d_blocked`): pad into channel blocks, one kernel."""
+        mr, nr = _tile_dims(cfg["regtile"])
+        par, G, KH, KW = cfg["parallel"], geo["G"], geo["KH"], geo["KW"]
+        N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
+        OC = int(wl.inputs[1]["shape"][0])
+        OH, OW = (int(d) for d in wl.output_shape[2:])
+        Cg, OCg = C // G, OC // G
+        cb = channel_block(Cg)
+        ncb, n_oct = -(-Cg // cb), -(-OCg // nr)
+        n_pt = -(-(OH * OW) // mr)
+        n_ob, n_pb = -(-n_oct // cfg["OCB"]), -(-n_pt // cfg["PB"])
+        module = LoopModule((pack_w_blocked(nr, cb, KH, KW), pad_blocked(geo["SW"], cb),
+                             conv_blocked(mr, nr, cfg["order"], geo, epi, cb)),
+                            doc=f"conv2d kernel: blocked (NCHW{cb}c) regtile={mr}x{nr} order={cfg['order']} "
+                            f"kernel={KH}x{KW} stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
+                            f"epilogue {[st[0]['op'] for st in epi.steps]}",
+                            meta={"template": f"conv2d v{self.version}"})
+        wp = Buffer("Wp", (G, n_oct, ncb * KH * KW * cb, nr))
+        w_const = wl.inputs[1]["const"]
+        pack_w = Call("pack_w", (In(1, (OC, Cg * KH * KW), "float32"), Packed("Wp") if w_const else Work("Wp"),
+                                 Scalar(G), Scalar(OCg), Scalar(Cg), Scalar(ncb)), items=G * n_oct, parallel=par)
+        bias, tables = _bias(wl, OC)
+        extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
+        hp, wq = _padded_size(geo, OH, OW)
+        xc = Buffer("Xc", (N, G * ncb, hp * geo["SW"] * wq * cb))
+        pad = Call("pad", (In(0, (N, C, H, W), "float32"), Work("Xc"),
+                           *(Scalar(v) for v in (N, C, G, H, W, hp, wq, geo["PT"], geo["PL"]))),
+                   items=N * G * ncb, parallel=par)
+        conv = Call("conv", (Work("Xc"), pack_w.args[1], bias, *extras, Out((N, OC, OH * OW)),
+                             *(Scalar(v) for v in (N, OC, G, OH, OW, wq, cfg["OCB"], cfg["PB"]))),
+                    items=N * G * n_ob * n_pb, parallel=par)
+        steps, work = (pad, conv), (xc,)
+        if not w_const:
+            steps, work = (pack_w,) + steps, (wp,) + work
+        return Lowered(module, Launch(steps, prepare=(pack_w,) if w_const else (), packed=(wp,) if w_const else (),
+                                      workspaces=work, tables=tables))
+
     def _lower_depthwise(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
         mr, nr = _tile_dims(cfg["regtile"])
         N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
@@ -224,6 +265,12 @@ class Conv2dTemplate(Template):
                              *(Scalar(v) for v in (N, C, OC, H, W, OH, OW, hp, wq, geo["PT"], geo["PL"]))),
                     items=N * C, parallel=cfg["parallel"])
         return Lowered(module, Launch((step,), tables=tables))
+
+
+def _blocked_vectors_along_channels(values: dict) -> str | None:
+    if values.get("algo") == "blocked" and values.get("vec") != "oc":
+        return "the blocked algorithm vectorizes along output channels only (vec='oc')"
+    return None
 
 
 def _bias(wl: Workload, OC: int):

@@ -22,9 +22,10 @@ MAX_CB = 8   # channels per block: the innermost loop's length
 
 
 def channel_block(cg: int) -> int:
-    """Channels per block for Cg input channels per group: all of them when few (the 3 of
-    an RGB stem: no padded channels to multiply by zero), else MAX_CB."""
-    return cg if cg <= MAX_CB else MAX_CB
+    """Channels per block: a code constant (with a run-time block length the kernel's
+    inner loop kept its base pointers on the stack, measured), so one for every channel
+    count; convs of fewer channels pad with zeros (the heuristic leaves those to `direct`)."""
+    return MAX_CB
 
 
 def pack_w_blocked(nr: int, cb: int, kh: int, kw: int) -> Function:
@@ -112,23 +113,22 @@ def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int
 
     offsets = tuple(
         s_ for r in range(mr) for s_ in (
-            Assign(f"p{r}", f"min(p0 + {r}, P - 1)"),
-            Assign(f"o{r}", f"np.uint64(((p{r} // OW) * {g['SH'] * s} * WQ + p{r} % OW) * {cb})"))
+            Assign(f"pp{r}", f"min(p0 + {r}, P - 1)"),
+            Assign(f"o{r}", f"np.uint64(((pp{r} // OW) * {g['SH'] * s} * WQ + pp{r} % OW) * {cb})"))
     )
-    assigns, result = epi.emit("v", "n * OC + oc", "p", "e", c="oc")
-    store = (
-        Assign("p", "p0 + r"),
-        If("p < P", (
-            For("q", "0", f"min({nr}, OCg - oct * {nr})", (
-                Assign("oc", f"g * OCg + oct * {nr} + q"),
-                Assign("v", "ct[r, q] + bias[oc]"),
-            ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("out[n, oc, p]", result),)),
-        )),
-    )
+    # the store: per output channel, the tile's pixels are a contiguous run of its plane
+    # (written through a view from p0: no negative-index tests)
+    assigns, result = epi.emit("v", "n * OC + oc", "p0 + r", "e", c="oc")
+    store = (For("q", "0", f"min({nr}, OCg - oct * {nr})", (
+        Assign("oc", f"g * OCg + oct * {nr} + q"), Assign("bo", "bias[oc]"), Assign("orow", "out[n, oc, p0:]"),
+        For("r", "0", f"min({mr}, P - p0)", (
+            Assign("v", "ct[r, q] + bo"),
+        ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[r]", result),)),
+    )),)
     tile = (Assign("p0", f"pt * {mr}"), Assign("Wk", "Wp[g, oct]")) + offsets + register_tile(
-        mr, nr, lambda r: f"xb[o{r} + xi]", lambda q: f"Wk[k, {q}]", k_loops, store,
+        mr, nr, lambda r: f"xb[o{r} + xi]", lambda q: f"Wk[k, {q}]", k_loops, (),
         comment=f"{mr}x{nr} register tile (pixels x output channels) over {cb}-channel blocks, "
-                f"SLP-vectorized along channels")
+                f"SLP-vectorized along channels")[:-1] + store   # [:-1]: its per-row store loop (empty here)
     oc_loop = ("oct", "ob * OCB", "min(n_oct, ob * OCB + OCB)")
     px_loop = ("pt", "pb * PB", "min(n_pt, pb * PB + PB)")
     outer, inner = (oc_loop, px_loop) if order == "oc_px" else (px_loop, oc_loop)

@@ -50,8 +50,10 @@ LAYERS = [("ResNet-18", *r, 1) for r in RESNET18] + [("MobileNetV2", *r) for r i
 
 # the candidate list: code shapes x run-time blocks (+ the default config)
 CODE = [dict(algo="direct", vec="px", regtile="4x16"), dict(algo="direct", vec="px", regtile="6x16"),
-        dict(algo="direct", vec="px", regtile="4x24"), dict(algo="im2col", vec="px", regtile="4x16"),
-        dict(algo="im2col", vec="px", regtile="6x16"), dict(algo="direct", vec="oc", regtile="4x16")]
+        dict(algo="im2col", vec="px", regtile="4x16"), dict(algo="im2col", vec="px", regtile="6x16"),
+        dict(algo="direct", vec="oc", regtile="4x16"),
+        dict(algo="blocked", vec="oc", regtile="6x16"), dict(algo="blocked", vec="oc", regtile="4x24"),
+        dict(algo="blocked", vec="oc", regtile="4x16"), dict(algo="blocked", vec="oc", regtile="6x16", order="px_oc")]
 DW_CODE = [dict(algo="depthwise", regtile=t) for t in ("4x8", "2x16", "4x16", "2x32")]
 RUNTIME = [dict(OCB=o, PB=p) for o in (1, 4) for p in (1, 4)]
 DW_RUNTIME = [dict(parallel=True), dict(parallel=False)]
@@ -220,7 +222,8 @@ def _short(cfg) -> str:
     j = cfg.to_json()
     if j["algo"] == "depthwise":
         return f"dw {j['regtile']}{'' if j['parallel'] else ' serial'}"
-    return f"{j['algo']} {j['vec']} {j['regtile']} OCB={j['OCB']} PB={j['PB']}{'' if j['parallel'] else ' serial'}"
+    order = " px_oc" if j["order"] == "px_oc" else ""
+    return f"{j['algo']} {j['vec']} {j['regtile']}{order} OCB={j['OCB']} PB={j['PB']}{'' if j['parallel'] else ' serial'}"
 
 
 def write(rows, threads_list, args, wall, quiet=False):

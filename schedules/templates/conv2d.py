@@ -118,8 +118,9 @@ class Conv2dTemplate(Template):
 
     def default_config(self, wl: Workload) -> Config:
         """A per-shape heuristic (measured on ResNet-18 and MobileNetV2 layers, see
-        experiments/bench_conv.md): vectors along the pixels when an output row fills them,
-        im2col (rows packed end to end) on small maps, one thread for small work."""
+        experiments/bench_conv.md): the blocked (NCHWc) kernel for spatial convs of many
+        channels, vectors along the pixels for 1x1 convs (GEMMs over the plane) and stems,
+        im2col (rows packed end to end) on tiny maps, one thread for small work."""
         oc, ow = int(wl.inputs[1]["shape"][0]), int(wl.output_shape[3])
         oh = int(wl.output_shape[2])
         par = wl.flops() >= THREAD_WAKE_FLOPS
@@ -129,21 +130,23 @@ class Conv2dTemplate(Template):
             return self.space(wl).validate({"algo": "depthwise", "regtile": tile, "parallel": par})
         geo = _geometry(wl)
         P = oh * ow
+        base = {"order": "oc_px", "parallel": par, "OCB": 1, "PB": 4}
         if P < 16:   # a few pixels (squeeze-excite convs, 1x1 maps): vectors along the channels
-            return self.space(wl).validate({"algo": "direct", "vec": "oc", "regtile": "4x16",
-                                            "order": "oc_px", "parallel": par, "OCB": 1, "PB": 1})
+            return self.space(wl).validate({**base, "algo": "direct", "vec": "oc", "regtile": "4x16", "PB": 1})
         one = geo["KH"] * geo["KW"] == 1
-        cin = int(wl.inputs[0]["shape"][1])
-        if one and oc <= 32:   # projections to few channels: packing the plane costs more than it saves
-            return self.space(wl).validate({"algo": "direct", "vec": "oc", "regtile": "4x16",
-                                            "order": "oc_px", "parallel": par, "OCB": 1, "PB": 4})
-        # direct while a row fills the pixel vectors; 1x1 convs, strided convs of many channels
-        # and small maps as GEMMs over the packed plane. 4x16 / 6x16 keep the accumulators in
-        # 16 vector registers
-        strided = geo["SW"] > 1 and cin >= 32
+        cg = int(wl.inputs[1]["shape"][1])
+        if one and oc <= 32 and _pointwise(geo, wl.inputs[0]["shape"][2:], (oh, ow)):
+            # projections to few channels: the plane read in place as a GEMM's panel (no packing)
+            return self.space(wl).validate({**base, "algo": "direct", "vec": "px", "regtile": "4x16"})
+        if not one and cg >= 16 and ow >= 14:
+            # many input channels: 8-channel blocks, 12 accumulators along the output channels
+            return self.space(wl).validate({**base, "algo": "blocked", "vec": "oc", "regtile": "6x16", "PB": 1})
+        # stems (few channels) read rows directly; 1x1 convs, strided convs and tiny maps as
+        # GEMMs over the packed plane. 4x16 / 6x16 keep the accumulators in 16 vector registers
+        strided = geo["SW"] > 1 and cg >= 32
         algo = "im2col" if one or strided or ow < 14 else "direct"
-        return self.space(wl).validate({"algo": algo, "vec": "px", "regtile": "6x16" if one or strided else "4x16",
-                                        "order": "oc_px", "parallel": par, "OCB": 1, "PB": 4})
+        return self.space(wl).validate({**base, "algo": algo, "vec": "px",
+                                        "regtile": "6x16" if one or strided else "4x16"})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         geo = _geometry(wl)
@@ -163,6 +166,10 @@ class Conv2dTemplate(Template):
         Cg, OCg = C // G, OC // G
         K, n_oct = Cg * KH * KW, -(-OCg // tc)
         n_ob = -(-n_oct // OCB)
+        if algo == "direct" and _pointwise(geo, (H, W), (OH, OW)):
+            # a 1x1 stride-1 conv is a GEMM over the whole plane: rows of the map do not matter,
+            # so the direct kernel runs on the plane cut into rows that the tiles fill
+            H, W = OH, OW = _flat_rows(OH * OW, tp)
 
         funcs = [_pack_w(tc), _pad(geo["SW"])]
         # im2col of an unpadded conv gathers straight from the input: no pass that copies it
@@ -184,14 +191,15 @@ class Conv2dTemplate(Template):
         bias, tables = _bias(wl, OC)
         extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
         ow_need = -(-OW // tp) * tp if algo == "direct" else OW   # direct tiles run past OW
-        x, work, steps = _padded_input(wl, geo, OH, ow_need, par) if not in_place else \
+        x, work, steps = _padded_input(wl, geo, OH, ow_need, par, (H, W)) if not in_place else \
             (In(0, (N, C, H, W), "float32"), [], [])
         if not w_const:
             work.insert(0, wp)
             steps.insert(0, pack_w)
         w = pack_w.args[1]
         if algo == "direct":
-            steps.append(Call("conv", (x, w, bias, *extras, Out(), *(Scalar(v) for v in (N, C, OC, G, OH, OW, OCB, PB))),
+            steps.append(Call("conv", (x, w, bias, *extras, Out((N, OC, OH, OW)),
+                                       *(Scalar(v) for v in (N, C, OC, G, OH, OW, OCB, PB))),
                               items=N * G * n_ob * -(-OH // PB), parallel=par))
         else:
             P = OH * OW
@@ -287,11 +295,29 @@ def _padded_size(geo: dict, oh_need: int, ow_need: int) -> tuple[int, int]:
             ow_need + (geo["KW"] - 1) * geo["DW"] // geo["SW"])
 
 
-def _padded_input(wl: Workload, geo: dict, oh_need: int, ow_need: int, par: bool):
+def _pointwise(geo: dict, hw: tuple, ohw: tuple) -> bool:
+    """A 1x1 conv of stride 1 without pads: each output pixel reads its own input pixel."""
+    return geo["KH"] == geo["KW"] == geo["SH"] == geo["SW"] == 1 and not geo["PT"] and not geo["PL"] \
+        and tuple(hw) == tuple(ohw)
+
+
+def _flat_rows(P: int, tp: int, widest: int = 256) -> tuple[int, int]:
+    """(rows, width) to view a plane of P pixels as: the widest multiple of the tile's TP
+    pixels (up to `widest`) that divides P, so that tiles never run past a row and the
+    rows still split into work items; else one row of P."""
+    for w in range(widest - widest % tp, 0, -tp):
+        if P % w == 0:
+            return P // w, w
+    return 1, P
+
+
+def _padded_input(wl: Workload, geo: dict, oh_need: int, ow_need: int, par: bool, hw: tuple | None = None):
     """The input as the kernels read it, Xp[N, C, HP, SW, WQ] (phase-split, zero-bordered
     to what the tiles read when they run `oh_need` rows and `ow_need` pixels), and the
-    workspace and `pad` step that make it; a plain view of the input when none is needed."""
+    workspace and `pad` step that make it; a plain view of the input when none is needed.
+    `hw`: the (H, W) to view the input planes as (a 1x1 conv's rows, `_flat_rows`)."""
     N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
+    H, W = hw or (H, W)
     SW = geo["SW"]
     hp, wq = _padded_size(geo, oh_need, ow_need)
     if SW == 1 and not geo["PT"] and not geo["PL"] and hp <= H and wq <= W:

@@ -126,8 +126,9 @@ def machine() -> str:
     isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
     return (f"{cpu} ({isa}), {len(os.sched_getaffinity(0))} cores usable; Python {platform.python_version()}, "
             f"numba {numba.__version__}, onnxruntime {onnxruntime.__version__}. "
-            f"Other work (up to 8 processes) shared the cores while this ran: ratios, measured side by side, "
-            f"are more reliable than absolute numbers.")
+            f"The 2 cores were shared with 4 other helpers' work (tests, compiles, benchmarks; load average "
+            f"{os.getloadavg()[0]:.1f} when this was written): ratios, measured side by side, are more reliable "
+            f"than absolute numbers.")
 
 
 def plot(rows, threads_list, path: Path):
@@ -160,7 +161,13 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds of best/default/ORT")
     ap.add_argument("--out", default=str(Path(__file__).with_suffix(".md")))
+    ap.add_argument("--from-logs", default="", help="comma-separated stdout logs of earlier (interrupted) runs: "
+                    "write the tables from the rows they printed, measure nothing")
     args = ap.parse_args()
+    if args.from_logs:
+        rows = _rows_from_logs(args.from_logs.split(","))
+        write(rows, sorted({r["threads"] for r in rows}), args, 0.0)
+        return
     base = Settings.from_env()
     use(base)
     conv = get_template("conv2d")
@@ -218,6 +225,20 @@ def main():
     write(rows, threads_list, args, time.time() - t0)
 
 
+def _rows_from_logs(paths) -> list:
+    """The result rows runs printed (one dict per line), in the order of LAYERS; a layer and
+    thread count measured twice keeps the later run's row."""
+    import ast
+    rows = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith("{'net'"):
+                r = ast.literal_eval(line)
+                rows[(r["layer"], r["threads"])] = r
+    order = {f"{'dw ' if g > 1 else ''}{c}->{oc} {k}x{k}/{s} @{h}": i for i, (_, c, h, oc, k, s, p, g) in enumerate(LAYERS)}
+    return sorted(rows.values(), key=lambda r: (order[r["layer"]], r["threads"]))
+
+
 def _short(cfg) -> str:
     j = cfg.to_json()
     if j["algo"] == "depthwise":
@@ -230,17 +251,25 @@ def write(rows, threads_list, args, wall, quiet=False):
     lines = ["# conv2d template vs onnxruntime: ResNet-18 and MobileNetV2 convs, batch 1", "", machine(), "",
              "Each row: Conv + bias + Relu (MobileNetV2's Relu6/none epilogues are replaced by Relu: one "
              "epilogue for all), batch 1, 224x224 network input. *best* = the fastest of a fixed candidate "
-             "list (no tuner: the default config plus 6 code shapes x 4 run-time block settings (OCB, PB "
-             "in {1, 4}) for convs, 4 tiles x parallel on/off for depthwise; at most 25 configs, so within "
-             "the 64-trial budget); *default* = the template's default config, what an untuned model runs. Speed = "
+             "list (no tuner: the default config plus 9 code shapes (direct/im2col with vectors along "
+             "pixels, direct with vectors along channels, and 4 of the blocked NCHWc kernel) x 4 run-time "
+             "block settings (OCB, PB in {1, 4}) for convs, 4 tiles x parallel on/off for depthwise; at most "
+             "37 configs, so within the 64-trial budget); *default* = the template's default config, what an untuned model runs. Speed = "
              "ORT time / our time, in the same process, onnxruntime with intra_op_num_threads = our threads; "
              "the sweep keeps each candidate's fastest of 5 batches, then best, default and ORT are timed in "
-             f"{args.rounds} interleaved rounds of 3 batches each. The load average was 10-17 on these 2 cores "
-             "(8 helpers at work): batches are often preempted, so a median measures the scheduler as much as "
+             f"{args.rounds} interleaved rounds of 3 batches each. With 5 helpers' work on these 2 cores, batches are often preempted, so a median measures the scheduler as much as "
              "the kernel; the speed columns therefore compare the *fastest* batch of each (the least "
              "disturbed), and the ratios of medians are given beside them. At 1 thread the clock is the calling "
              "thread's CPU time (both kernels run on that thread), which leaves preemption out; at 2 threads it "
-             "is wall time, and those figures suffer most (a kernel waits for its slowest thread).", ""]
+             "is wall time, and those figures suffer most (a kernel waits for its slowest thread).", "",
+             "Kernels (schedules/templates/conv2d.py, conv2d_blocked.py): *blocked* is the NCHWc-style direct "
+             "conv: the pad step repacks the input into 8-channel blocks (zero-bordered, phase-split for "
+             "strides), weights are packed at prepare in (block, kh, kw, channel) order, and an MR pixels x NR "
+             "output channels register tile (6x16: 12 ymm accumulators) runs over pixels of the flattened "
+             "plane with the 8 channels of a block innermost (per channel: MR broadcasts, NR/8 weight "
+             "vectors, MR*NR/8 FMAs). *direct px* / *im2col px*: MR output channels x NR pixels, vectors "
+             "along pixels (a 1x1 stride-1 direct conv runs on the plane cut into rows its tiles fill: a "
+             "GEMM over the plane without packing). *direct oc*: vectors along channels on NCHW rows.", ""]
     for th in threads_list:
         sub = [r for r in rows if r["threads"] == th]
         if not sub:
@@ -261,7 +290,8 @@ def write(rows, threads_list, args, wall, quiet=False):
                              f"(min {b[0]:.2f}x, max {b[-1]:.2f}x), {sum(x >= 1.0 for x in b)} of {len(b)} >= 1.0x; "
                              f"default median {statistics.median(d):.2f}x (min {d[0]:.2f}x).")
         lines.append("")
-    lines += [f"Total wall time {wall:.0f} s (compiles included).", ""]
+    if wall:
+        lines += [f"Total wall time {wall:.0f} s (compiles included).", ""]
     out = Path(args.out)
     out.write_text("\n".join(lines))
     plot(rows, threads_list, out.with_suffix(".png"))

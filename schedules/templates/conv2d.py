@@ -138,9 +138,12 @@ class Conv2dTemplate(Template):
         if one and oc <= 32 and _pointwise(geo, wl.inputs[0]["shape"][2:], (oh, ow)):
             # projections to few channels: the plane read in place as a GEMM's panel (no packing)
             return self.space(wl).validate({**base, "algo": "direct", "vec": "px", "regtile": "4x16"})
-        if not one and cg >= 16 and ow >= 14:
-            # many input channels: 8-channel blocks, 12 accumulators along the output channels
-            return self.space(wl).validate({**base, "algo": "blocked", "vec": "oc", "regtile": "6x16", "PB": 1})
+        if not one and cg >= 16:
+            # many input channels: 8-channel blocks, 12 accumulators along the output channels;
+            # pixel tiles cross rows, so tiny maps (7x7, 14x14) fill them too. Per work item 4
+            # pixel tiles x 4 channel tiles, pixels outside (an input tile reused by 4 weight panels)
+            return self.space(wl).validate({**base, "algo": "blocked", "vec": "oc", "regtile": "6x16",
+                                            "order": "px_oc", "OCB": 4, "PB": 4})
         # stems (few channels) read rows directly; 1x1 convs, strided convs and tiny maps as
         # GEMMs over the packed plane. 4x16 / 6x16 keep the accumulators in 16 vector registers
         strided = geo["SW"] > 1 and cg >= 32

@@ -1,5 +1,5 @@
-"""Every distinct ResNet-18 conv and the distinct MobileNetV2 convs (batch 1, 224x224, + bias +
-Relu) with the conv2d template vs onnxruntime, in the same process, at 1 and 2 threads.
+"""Every distinct ResNet-18 conv, the distinct MobileNetV2 convs and MobileNetV3's other kinds
+(batch 1, 224x224, + bias + Relu) with the conv2d template vs onnxruntime, in the same process, at 1 and 2 threads.
 
 Per layer and thread count: the default config (what an untuned model runs) and the best of a
 fixed candidate list (no tuner; the same list for every layer of a kind, <= 64 configs, the
@@ -46,7 +46,12 @@ MOBILENETV2 = [(3, 224, 32, 3, 2, 1, 1),
                (32, 112, 16, 1, 1, 0, 1), (16, 112, 96, 1, 1, 0, 1), (24, 56, 144, 1, 1, 0, 1), (144, 56, 24, 1, 1, 0, 1),
                (32, 28, 192, 1, 1, 0, 1), (192, 28, 32, 1, 1, 0, 1), (64, 14, 384, 1, 1, 0, 1), (384, 14, 64, 1, 1, 0, 1),
                (576, 7, 160, 1, 1, 0, 1), (160, 7, 960, 1, 1, 0, 1), (960, 7, 320, 1, 1, 0, 1), (320, 7, 1280, 1, 1, 0, 1)]
-LAYERS = [("ResNet-18", *r, 1) for r in RESNET18] + [("MobileNetV2", *r) for r in MOBILENETV2]
+# MobileNetV3-Large at 224: what V2 lacks, 5x5 depthwise convs (stride 1 and 2, down to 7x7 maps) and
+# the squeeze-excite 1x1 convs on 1x1 maps
+MOBILENETV3 = [(72, 56, 72, 5, 2, 2, 72), (120, 28, 120, 5, 1, 2, 120), (672, 14, 672, 5, 2, 2, 672),
+               (960, 7, 960, 5, 1, 2, 960), (960, 1, 240, 1, 1, 0, 1), (240, 1, 960, 1, 1, 0, 1)]
+LAYERS = [("ResNet-18", *r, 1) for r in RESNET18] + [("MobileNetV2", *r) for r in MOBILENETV2] \
+    + [("MobileNetV3", *r) for r in MOBILENETV3]
 
 # the candidate list: code shapes x run-time blocks (+ the default config)
 CODE = [dict(algo="direct", vec="px", regtile="4x16"), dict(algo="direct", vec="px", regtile="6x16"),
@@ -147,7 +152,7 @@ def plot(rows, threads_list, path: Path):
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=60, ha="right")
     ax.set_ylabel("speed vs onnxruntime (higher is better)")
-    ax.set_title("conv2d template vs onnxruntime, ResNet-18 and MobileNetV2 convs, batch 1")
+    ax.set_title("conv2d template vs onnxruntime, ResNet-18 and MobileNetV2/V3 convs, batch 1")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -248,7 +253,7 @@ def _short(cfg) -> str:
 
 
 def write(rows, threads_list, args, wall, quiet=False):
-    lines = ["# conv2d template vs onnxruntime: ResNet-18 and MobileNetV2 convs, batch 1", "", machine(), "",
+    lines = ["# conv2d template vs onnxruntime: ResNet-18 and MobileNetV2/V3 convs, batch 1", "", machine(), "",
              "Each row: Conv + bias + Relu (MobileNetV2's Relu6/none epilogues are replaced by Relu: one "
              "epilogue for all), batch 1, 224x224 network input. *best* = the fastest of a fixed candidate "
              "list (no tuner: the default config plus 9 code shapes (direct/im2col with vectors along "
@@ -282,7 +287,7 @@ def write(rows, threads_list, args, wall, quiet=False):
                   f"{r['ort_gflops']:.1f} | {r['best']:.2f}x | {r['default']:.2f}x | {r['best_med']:.2f}x, {r['default_med']:.2f}x | "
                   f"{r['cfg']} | {r['dcfg']} |" for r in sub]
         lines.append("")
-        for net in ("ResNet-18", "MobileNetV2"):
+        for net in ("ResNet-18", "MobileNetV2", "MobileNetV3"):
             part = [r for r in sub if r["net"] == net]
             if part:
                 b, d = sorted(r["best"] for r in part), sorted(r["default"] for r in part)

@@ -18,6 +18,10 @@ Algorithms (`algo`):
 - `im2col`: pixels of the flattened output plane are packed into `Ap[tile, k, 0:T]`
   panels first (tiles cross rows, so narrow late layers waste no lanes; a strided
   1x1 conv becomes a gather into the panel plus a GEMM);
+- `blocked` (vectors along channels only): NCHWc-style, the input repacked into 8-channel
+  blocks by the pad step and a pixels x channels tile over the flattened plane with the
+  block's channels innermost (`conv2d_blocked`); the default for spatial convs of many
+  channels;
 - `depthwise` (only for convs with one input channel per group): its own schedule, a
   rows x pixels tile per output channel, vectors along the pixels, weights as scalars.
 

@@ -1,5 +1,5 @@
-"""Every distinct ResNet-18 conv and the distinct MobileNetV2 convs (batch 1, 224x224, + bias +
-Relu) with the conv2d template vs onnxruntime, in the same process, at 1 and 2 threads.
+"""Every distinct ResNet-18 conv, the distinct MobileNetV2 convs and MobileNetV3's other kinds
+(batch 1, 224x224, + bias + Relu) with the conv2d template vs onnxruntime, in the same process, at 1 and 2 threads.
 
 Per layer and thread count: the default config (what an untuned model runs) and the best of a
 fixed candidate list (no tuner; the same list for every layer of a kind, <= 64 configs, the
@@ -46,12 +46,19 @@ MOBILENETV2 = [(3, 224, 32, 3, 2, 1, 1),
                (32, 112, 16, 1, 1, 0, 1), (16, 112, 96, 1, 1, 0, 1), (24, 56, 144, 1, 1, 0, 1), (144, 56, 24, 1, 1, 0, 1),
                (32, 28, 192, 1, 1, 0, 1), (192, 28, 32, 1, 1, 0, 1), (64, 14, 384, 1, 1, 0, 1), (384, 14, 64, 1, 1, 0, 1),
                (576, 7, 160, 1, 1, 0, 1), (160, 7, 960, 1, 1, 0, 1), (960, 7, 320, 1, 1, 0, 1), (320, 7, 1280, 1, 1, 0, 1)]
-LAYERS = [("ResNet-18", *r, 1) for r in RESNET18] + [("MobileNetV2", *r) for r in MOBILENETV2]
+# MobileNetV3-Large at 224: what V2 lacks, 5x5 depthwise convs (stride 1 and 2, down to 7x7 maps) and
+# the squeeze-excite 1x1 convs on 1x1 maps
+MOBILENETV3 = [(72, 56, 72, 5, 2, 2, 72), (120, 28, 120, 5, 1, 2, 120), (672, 14, 672, 5, 2, 2, 672),
+               (960, 7, 960, 5, 1, 2, 960), (960, 1, 240, 1, 1, 0, 1), (240, 1, 960, 1, 1, 0, 1)]
+LAYERS = [("ResNet-18", *r, 1) for r in RESNET18] + [("MobileNetV2", *r) for r in MOBILENETV2] \
+    + [("MobileNetV3", *r) for r in MOBILENETV3]
 
 # the candidate list: code shapes x run-time blocks (+ the default config)
 CODE = [dict(algo="direct", vec="px", regtile="4x16"), dict(algo="direct", vec="px", regtile="6x16"),
-        dict(algo="direct", vec="px", regtile="4x24"), dict(algo="im2col", vec="px", regtile="4x16"),
-        dict(algo="im2col", vec="px", regtile="6x16"), dict(algo="direct", vec="oc", regtile="4x16")]
+        dict(algo="im2col", vec="px", regtile="4x16"), dict(algo="im2col", vec="px", regtile="6x16"),
+        dict(algo="direct", vec="oc", regtile="4x16"),
+        dict(algo="blocked", vec="oc", regtile="6x16"), dict(algo="blocked", vec="oc", regtile="4x24"),
+        dict(algo="blocked", vec="oc", regtile="4x16"), dict(algo="blocked", vec="oc", regtile="6x16", order="px_oc")]
 DW_CODE = [dict(algo="depthwise", regtile=t) for t in ("4x8", "2x16", "4x16", "2x32")]
 RUNTIME = [dict(OCB=o, PB=p) for o in (1, 4) for p in (1, 4)]
 DW_RUNTIME = [dict(parallel=True), dict(parallel=False)]
@@ -124,8 +131,9 @@ def machine() -> str:
     isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
     return (f"{cpu} ({isa}), {len(os.sched_getaffinity(0))} cores usable; Python {platform.python_version()}, "
             f"numba {numba.__version__}, onnxruntime {onnxruntime.__version__}. "
-            f"Other work (up to 8 processes) shared the cores while this ran: ratios, measured side by side, "
-            f"are more reliable than absolute numbers.")
+            f"The 2 cores were shared with 4 other helpers' work (tests, compiles, benchmarks; load average "
+            f"{os.getloadavg()[0]:.1f} when this was written): ratios, measured side by side, are more reliable "
+            f"than absolute numbers.")
 
 
 def plot(rows, threads_list, path: Path):
@@ -144,7 +152,7 @@ def plot(rows, threads_list, path: Path):
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=60, ha="right")
     ax.set_ylabel("speed vs onnxruntime (higher is better)")
-    ax.set_title("conv2d template vs onnxruntime, ResNet-18 and MobileNetV2 convs, batch 1")
+    ax.set_title("conv2d template vs onnxruntime, ResNet-18 and MobileNetV2/V3 convs, batch 1")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -158,7 +166,13 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds of best/default/ORT")
     ap.add_argument("--out", default=str(Path(__file__).with_suffix(".md")))
+    ap.add_argument("--from-logs", default="", help="comma-separated stdout logs of earlier (interrupted) runs: "
+                    "write the tables from the rows they printed, measure nothing")
     args = ap.parse_args()
+    if args.from_logs:
+        rows = _rows_from_logs(args.from_logs.split(","))
+        write(rows, sorted({r["threads"] for r in rows}), args, 0.0)
+        return
     base = Settings.from_env()
     use(base)
     conv = get_template("conv2d")
@@ -216,28 +230,51 @@ def main():
     write(rows, threads_list, args, time.time() - t0)
 
 
+def _rows_from_logs(paths) -> list:
+    """The result rows runs printed (one dict per line), in the order of LAYERS; a layer and
+    thread count measured twice keeps the later run's row."""
+    import ast
+    rows = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith("{'net'"):
+                r = ast.literal_eval(line)
+                rows[(r["layer"], r["threads"])] = r
+    order = {f"{'dw ' if g > 1 else ''}{c}->{oc} {k}x{k}/{s} @{h}": i for i, (_, c, h, oc, k, s, p, g) in enumerate(LAYERS)}
+    return sorted(rows.values(), key=lambda r: (order[r["layer"]], r["threads"]))
+
+
 def _short(cfg) -> str:
     j = cfg.to_json()
     if j["algo"] == "depthwise":
         return f"dw {j['regtile']}{'' if j['parallel'] else ' serial'}"
-    return f"{j['algo']} {j['vec']} {j['regtile']} OCB={j['OCB']} PB={j['PB']}{'' if j['parallel'] else ' serial'}"
+    order = " px_oc" if j["order"] == "px_oc" else ""
+    return f"{j['algo']} {j['vec']} {j['regtile']}{order} OCB={j['OCB']} PB={j['PB']}{'' if j['parallel'] else ' serial'}"
 
 
 def write(rows, threads_list, args, wall, quiet=False):
-    lines = ["# conv2d template vs onnxruntime: ResNet-18 and MobileNetV2 convs, batch 1", "", machine(), "",
+    lines = ["# conv2d template vs onnxruntime: ResNet-18 and MobileNetV2/V3 convs, batch 1", "", machine(), "",
              "Each row: Conv + bias + Relu (MobileNetV2's Relu6/none epilogues are replaced by Relu: one "
              "epilogue for all), batch 1, 224x224 network input. *best* = the fastest of a fixed candidate "
-             "list (no tuner: the default config plus 6 code shapes x 4 run-time block settings (OCB, PB "
-             "in {1, 4}) for convs, 4 tiles x parallel on/off for depthwise; at most 25 configs, so within "
-             "the 64-trial budget); *default* = the template's default config, what an untuned model runs. Speed = "
+             "list (no tuner: the default config plus 9 code shapes (direct/im2col with vectors along "
+             "pixels, direct with vectors along channels, and 4 of the blocked NCHWc kernel) x 4 run-time "
+             "block settings (OCB, PB in {1, 4}) for convs, 4 tiles x parallel on/off for depthwise; at most "
+             "37 configs, so within the 64-trial budget); *default* = the template's default config, what an untuned model runs. Speed = "
              "ORT time / our time, in the same process, onnxruntime with intra_op_num_threads = our threads; "
              "the sweep keeps each candidate's fastest of 5 batches, then best, default and ORT are timed in "
-             f"{args.rounds} interleaved rounds of 3 batches each. The load average was 10-17 on these 2 cores "
-             "(8 helpers at work): batches are often preempted, so a median measures the scheduler as much as "
+             f"{args.rounds} interleaved rounds of 3 batches each. With 5 helpers' work on these 2 cores, batches are often preempted, so a median measures the scheduler as much as "
              "the kernel; the speed columns therefore compare the *fastest* batch of each (the least "
              "disturbed), and the ratios of medians are given beside them. At 1 thread the clock is the calling "
              "thread's CPU time (both kernels run on that thread), which leaves preemption out; at 2 threads it "
-             "is wall time, and those figures suffer most (a kernel waits for its slowest thread).", ""]
+             "is wall time, and those figures suffer most (a kernel waits for its slowest thread).", "",
+             "Kernels (schedules/templates/conv2d.py, conv2d_blocked.py): *blocked* is the NCHWc-style direct "
+             "conv: the pad step repacks the input into 8-channel blocks (zero-bordered, phase-split for "
+             "strides), weights are packed at prepare in (block, kh, kw, channel) order, and an MR pixels x NR "
+             "output channels register tile (6x16: 12 ymm accumulators) runs over pixels of the flattened "
+             "plane with the 8 channels of a block innermost (per channel: MR broadcasts, NR/8 weight "
+             "vectors, MR*NR/8 FMAs). *direct px* / *im2col px*: MR output channels x NR pixels, vectors "
+             "along pixels (a 1x1 stride-1 direct conv runs on the plane cut into rows its tiles fill: a "
+             "GEMM over the plane without packing). *direct oc*: vectors along channels on NCHW rows.", ""]
     for th in threads_list:
         sub = [r for r in rows if r["threads"] == th]
         if not sub:
@@ -250,7 +287,7 @@ def write(rows, threads_list, args, wall, quiet=False):
                   f"{r['ort_gflops']:.1f} | {r['best']:.2f}x | {r['default']:.2f}x | {r['best_med']:.2f}x, {r['default_med']:.2f}x | "
                   f"{r['cfg']} | {r['dcfg']} |" for r in sub]
         lines.append("")
-        for net in ("ResNet-18", "MobileNetV2"):
+        for net in ("ResNet-18", "MobileNetV2", "MobileNetV3"):
             part = [r for r in sub if r["net"] == net]
             if part:
                 b, d = sorted(r["best"] for r in part), sorted(r["default"] for r in part)
@@ -258,7 +295,8 @@ def write(rows, threads_list, args, wall, quiet=False):
                              f"(min {b[0]:.2f}x, max {b[-1]:.2f}x), {sum(x >= 1.0 for x in b)} of {len(b)} >= 1.0x; "
                              f"default median {statistics.median(d):.2f}x (min {d[0]:.2f}x).")
         lines.append("")
-    lines += [f"Total wall time {wall:.0f} s (compiles included).", ""]
+    if wall:
+        lines += [f"Total wall time {wall:.0f} s (compiles included).", ""]
     out = Path(args.out)
     out.write_text("\n".join(lines))
     plot(rows, threads_list, out.with_suffix(".png"))

@@ -8,18 +8,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedules import get_template
+from schedules.space import ConfigError
 from tests.template_cases import check, conv_wl, precompile
 
 CONV = get_template("conv2d")
 # (geometry kwargs, epilogue, code shapes of ordinary convs, code shapes of depthwise ones)
 GEOMETRIES = [
     (dict(k=3, s=2, p=1), ("res", "relu"),
-     [dict(algo="direct", vec="oc", regtile="4x16"), dict(algo="direct", vec="px", regtile="4x16")],
+     [dict(algo="direct", vec="oc", regtile="4x16"), dict(algo="direct", vec="px", regtile="4x16"),
+      dict(algo="blocked", vec="oc", regtile="6x16")],
      [dict(algo="depthwise", regtile="4x8")]),
     (dict(k=3, s=1, p=2, d=2), ("chan", "relu"),
-     [dict(algo="im2col", vec="oc", regtile="4x16", order="px_oc"), dict(algo="im2col", vec="px", regtile="4x16")],
+     [dict(algo="im2col", vec="oc", regtile="4x16", order="px_oc"), dict(algo="im2col", vec="px", regtile="4x16"),
+      dict(algo="blocked", vec="oc", regtile="4x24", order="px_oc")],
      [dict(algo="depthwise", regtile="2x16")]),
-    (dict(k=1, s=2, p=0), ("relu",), [dict(algo="im2col", vec="px", regtile="4x16")], [dict(algo="depthwise", regtile="4x8")]),
+    (dict(k=1, s=2, p=0), ("relu",), [dict(algo="im2col", vec="px", regtile="4x16"), dict(algo="blocked", vec="oc", regtile="4x16")],
+     [dict(algo="depthwise", regtile="4x8")]),
 ]
 
 
@@ -44,7 +48,9 @@ def test_space_knobs_and_code_shapes():
     wl = conv_wl(1, 64, 56, 56, 64, epi=("relu",))
     space = CONV.space(wl)
     assert {k.name for k in space.knobs if k.code_shape} == {"algo", "vec", "regtile", "order"}
-    assert len({space.code_key(c) for c in space}) <= 48   # compiles a tuner may need per geometry
+    assert len({space.code_key(c) for c in space}) <= 60   # compiles a tuner may need per geometry
+    with pytest.raises(ConfigError, match="vec='oc'"):
+        space.validate({**CONV.default_config(wl).to_json(), "algo": "blocked", "vec": "px"})
     dw = depthwise_wl(1, 32, 56, 56)
     assert {k.name for k in CONV.space(dw).knobs if k.code_shape} == {"algo", "regtile"}
     assert CONV.matches(wl) and CONV.matches(conv_wl(1, 8, 7, 7, 8, g=8, bias=False))
@@ -102,6 +108,17 @@ def test_random_shapes_and_configs_match_numpy(compiled, data, geo, n, cg, group
     assert (space.knobs[0].options == ("depthwise",)) == depthwise
     code = data.draw(st.sampled_from(dw_shapes if depthwise else shapes))
     check(CONV, wl, config(wl, **code, **runtime))
+
+
+def test_blocked_layout_pads_channel_blocks_and_groups(compiled):
+    """Channel blocks of 8 with a partial last block per group (10 channels a group), pixel
+    tiles that cross output rows and end past the plane, with a residual epilogue."""
+    geo, epi, _, _ = GEOMETRIES[0]
+    wl = conv_wl(1, 20, 9, 11, 38, g=2, epi=epi, **geo)
+    cfg = config(wl, algo="blocked", vec="oc", regtile="6x16", OCB=2, PB=2)
+    (xc,) = [b for b in CONV.lower(wl, cfg).launch.workspaces if b.name == "Xc"]
+    assert xc.shape[1] == 2 * 2, "two blocks of 8 channels per group of 10"
+    check(CONV, wl, cfg)
 
 
 @pytest.mark.slow

@@ -18,6 +18,10 @@ Algorithms (`algo`):
 - `im2col`: pixels of the flattened output plane are packed into `Ap[tile, k, 0:T]`
   panels first (tiles cross rows, so narrow late layers waste no lanes; a strided
   1x1 conv becomes a gather into the panel plus a GEMM);
+- `blocked` (vectors along channels only): NCHWc-style, the input repacked into 8-channel
+  blocks by the pad step and a pixels x channels tile over the flattened plane with the
+  block's channels innermost (`conv2d_blocked`); the default for spatial convs of many
+  channels;
 - `depthwise` (only for convs with one input channel per group): its own schedule, a
   rows x pixels tile per output channel, vectors along the pixels, weights as scalars.
 
@@ -45,6 +49,7 @@ from schedules.microkernel import F0, k_range, register_tile
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
+from schedules.templates.conv2d_blocked import channel_block, conv_blocked, pack_w_blocked, pad_blocked
 
 # MR x NR; NR is the vectorized axis (see `vec`). With 16 vector registers (AVX2, or AVX-512
 # with LLVM's prefer-256-bit) 4x16, 6x16 and 4x24 keep 8-12 accumulators in registers; 8x16 and
@@ -80,7 +85,7 @@ def _tile_dims(regtile: str) -> tuple[int, int]:
 
 class Conv2dTemplate(Template):
     name = "conv2d"
-    version = 2   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input
+    version = 3   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`
 
     def matches(self, wl: Workload) -> bool:
         if not wl.ops or wl.ops[0]["op"] != "Conv" or wl.ops[0]["in"][:2] != ["i0", "i1"]:
@@ -106,19 +111,20 @@ class Conv2dTemplate(Template):
                 Knob("parallel", (True, False), code_shape=False),
             ])
         return ConfigSpace([
-            Knob("algo", ("direct", "im2col")),
+            Knob("algo", ("direct", "im2col", "blocked")),
             Knob("vec", ("oc", "px")),
             Knob("regtile", REG_TILES),
             Knob("order", ("oc_px", "px_oc")),
             Knob("parallel", (True, False), code_shape=False),
             Knob("OCB", BLOCKS, code_shape=False),
             Knob("PB", BLOCKS, code_shape=False),
-        ])
+        ], constraint=_blocked_vectors_along_channels)
 
     def default_config(self, wl: Workload) -> Config:
         """A per-shape heuristic (measured on ResNet-18 and MobileNetV2 layers, see
-        experiments/bench_conv.md): vectors along the pixels when an output row fills them,
-        im2col (rows packed end to end) on small maps, one thread for small work."""
+        experiments/bench_conv.md): the blocked (NCHWc) kernel for spatial convs of many
+        channels, vectors along the pixels for 1x1 convs (GEMMs over the plane) and stems,
+        im2col (rows packed end to end) on tiny maps, one thread for small work."""
         oc, ow = int(wl.inputs[1]["shape"][0]), int(wl.output_shape[3])
         oh = int(wl.output_shape[2])
         par = wl.flops() >= THREAD_WAKE_FLOPS
@@ -128,27 +134,34 @@ class Conv2dTemplate(Template):
             return self.space(wl).validate({"algo": "depthwise", "regtile": tile, "parallel": par})
         geo = _geometry(wl)
         P = oh * ow
+        base = {"order": "oc_px", "parallel": par, "OCB": 1, "PB": 4}
         if P < 16:   # a few pixels (squeeze-excite convs, 1x1 maps): vectors along the channels
-            return self.space(wl).validate({"algo": "direct", "vec": "oc", "regtile": "4x16",
-                                            "order": "oc_px", "parallel": par, "OCB": 1, "PB": 1})
+            return self.space(wl).validate({**base, "algo": "direct", "vec": "oc", "regtile": "4x16", "PB": 1})
         one = geo["KH"] * geo["KW"] == 1
-        cin = int(wl.inputs[0]["shape"][1])
-        if one and oc <= 32:   # projections to few channels: packing the plane costs more than it saves
-            return self.space(wl).validate({"algo": "direct", "vec": "oc", "regtile": "4x16",
-                                            "order": "oc_px", "parallel": par, "OCB": 1, "PB": 4})
-        # direct while a row fills the pixel vectors; 1x1 convs, strided convs of many channels
-        # and small maps as GEMMs over the packed plane. 4x16 / 6x16 keep the accumulators in
-        # 16 vector registers
-        strided = geo["SW"] > 1 and cin >= 32
+        cg = int(wl.inputs[1]["shape"][1])
+        if one and oc <= 32 and _pointwise(geo, wl.inputs[0]["shape"][2:], (oh, ow)):
+            # projections to few channels: the plane read in place as a GEMM's panel (no packing)
+            return self.space(wl).validate({**base, "algo": "direct", "vec": "px", "regtile": "4x16"})
+        if not one and cg >= 16:
+            # many input channels: 8-channel blocks, 12 accumulators along the output channels;
+            # pixel tiles cross rows, so tiny maps (7x7, 14x14) fill them too. Per work item 4
+            # pixel tiles x 4 channel tiles, pixels outside (an input tile reused by 4 weight panels)
+            return self.space(wl).validate({**base, "algo": "blocked", "vec": "oc", "regtile": "6x16",
+                                            "order": "px_oc", "OCB": 4, "PB": 4})
+        # stems (few channels) read rows directly; 1x1 convs, strided convs and tiny maps as
+        # GEMMs over the packed plane. 4x16 / 6x16 keep the accumulators in 16 vector registers
+        strided = geo["SW"] > 1 and cg >= 32
         algo = "im2col" if one or strided or ow < 14 else "direct"
-        return self.space(wl).validate({"algo": algo, "vec": "px", "regtile": "6x16" if one or strided else "4x16",
-                                        "order": "oc_px", "parallel": par, "OCB": 1, "PB": 4})
+        return self.space(wl).validate({**base, "algo": algo, "vec": "px",
+                                        "regtile": "6x16" if one or strided else "4x16"})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         geo = _geometry(wl)
         epi = _epilogue(wl)
         if cfg["algo"] == "depthwise":
             return self._lower_depthwise(wl, cfg, geo, epi)
+        if cfg["algo"] == "blocked":
+            return self._lower_blocked(wl, cfg, geo, epi)
         mr, nr = _tile_dims(cfg["regtile"])
         algo, order, vec = cfg["algo"], cfg["order"], cfg["vec"]
         tc, tp = (nr, mr) if vec == "oc" else (mr, nr)   # channels, pixels per tile
@@ -160,6 +173,10 @@ class Conv2dTemplate(Template):
         Cg, OCg = C // G, OC // G
         K, n_oct = Cg * KH * KW, -(-OCg // tc)
         n_ob = -(-n_oct // OCB)
+        if algo == "direct" and _pointwise(geo, (H, W), (OH, OW)):
+            # a 1x1 stride-1 conv is a GEMM over the whole plane: rows of the map do not matter,
+            # so the direct kernel runs on the plane cut into rows that the tiles fill
+            H, W = OH, OW = _flat_rows(OH * OW, tp)
 
         funcs = [_pack_w(tc), _pad(geo["SW"])]
         # im2col of an unpadded conv gathers straight from the input: no pass that copies it
@@ -181,14 +198,15 @@ class Conv2dTemplate(Template):
         bias, tables = _bias(wl, OC)
         extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
         ow_need = -(-OW // tp) * tp if algo == "direct" else OW   # direct tiles run past OW
-        x, work, steps = _padded_input(wl, geo, OH, ow_need, par) if not in_place else \
+        x, work, steps = _padded_input(wl, geo, OH, ow_need, par, (H, W)) if not in_place else \
             (In(0, (N, C, H, W), "float32"), [], [])
         if not w_const:
             work.insert(0, wp)
             steps.insert(0, pack_w)
         w = pack_w.args[1]
         if algo == "direct":
-            steps.append(Call("conv", (x, w, bias, *extras, Out(), *(Scalar(v) for v in (N, C, OC, G, OH, OW, OCB, PB))),
+            steps.append(Call("conv", (x, w, bias, *extras, Out((N, OC, OH, OW)),
+                                       *(Scalar(v) for v in (N, C, OC, G, OH, OW, OCB, PB))),
                               items=N * G * n_ob * -(-OH // PB), parallel=par))
         else:
             P = OH * OW
@@ -205,6 +223,44 @@ class Conv2dTemplate(Template):
         prepare = (pack_w,) if w_const else ()
         return Lowered(module, Launch(tuple(steps), prepare=prepare, packed=(wp,) if w_const else (),
                                       workspaces=tuple(work), tables=tables))
+
+    def _lower_blocked(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
+        """The NCHWc-style direct conv (`conv2d_blocked`): pad into channel blocks, one kernel."""
+        mr, nr = _tile_dims(cfg["regtile"])
+        par, G, KH, KW = cfg["parallel"], geo["G"], geo["KH"], geo["KW"]
+        N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
+        OC = int(wl.inputs[1]["shape"][0])
+        OH, OW = (int(d) for d in wl.output_shape[2:])
+        Cg, OCg = C // G, OC // G
+        cb = channel_block(Cg)
+        ncb, n_oct = -(-Cg // cb), -(-OCg // nr)
+        n_pt = -(-(OH * OW) // mr)
+        n_ob, n_pb = -(-n_oct // cfg["OCB"]), -(-n_pt // cfg["PB"])
+        module = LoopModule((pack_w_blocked(nr, cb, KH, KW), pad_blocked(geo["SW"], cb),
+                             conv_blocked(mr, nr, cfg["order"], geo, epi, cb)),
+                            doc=f"conv2d kernel: blocked (NCHW{cb}c) regtile={mr}x{nr} order={cfg['order']} "
+                            f"kernel={KH}x{KW} stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
+                            f"epilogue {[st[0]['op'] for st in epi.steps]}",
+                            meta={"template": f"conv2d v{self.version}"})
+        wp = Buffer("Wp", (G, n_oct, ncb * KH * KW * cb, nr))
+        w_const = wl.inputs[1]["const"]
+        pack_w = Call("pack_w", (In(1, (OC, Cg * KH * KW), "float32"), Packed("Wp") if w_const else Work("Wp"),
+                                 Scalar(G), Scalar(OCg), Scalar(Cg), Scalar(ncb)), items=G * n_oct, parallel=par)
+        bias, tables = _bias(wl, OC)
+        extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
+        hp, wq = _padded_size(geo, OH, OW)
+        xc = Buffer("Xc", (N, G * ncb, hp * geo["SW"] * wq * cb))
+        pad = Call("pad", (In(0, (N, C, H, W), "float32"), Work("Xc"),
+                           *(Scalar(v) for v in (N, C, G, H, W, hp, wq, geo["PT"], geo["PL"]))),
+                   items=N * G * ncb, parallel=par)
+        conv = Call("conv", (Work("Xc"), pack_w.args[1], bias, *extras, Out((N, OC, OH * OW)),
+                             *(Scalar(v) for v in (N, OC, G, OH, OW, wq, cfg["OCB"], cfg["PB"]))),
+                    items=N * G * n_ob * n_pb, parallel=par)
+        steps, work = (pad, conv), (xc,)
+        if not w_const:
+            steps, work = (pack_w,) + steps, (wp,) + work
+        return Lowered(module, Launch(steps, prepare=(pack_w,) if w_const else (), packed=(wp,) if w_const else (),
+                                      workspaces=work, tables=tables))
 
     def _lower_depthwise(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
         mr, nr = _tile_dims(cfg["regtile"])
@@ -226,6 +282,12 @@ class Conv2dTemplate(Template):
         return Lowered(module, Launch((step,), tables=tables))
 
 
+def _blocked_vectors_along_channels(values: dict) -> str | None:
+    if values.get("algo") == "blocked" and values.get("vec") != "oc":
+        return "the blocked algorithm vectorizes along output channels only (vec='oc')"
+    return None
+
+
 def _bias(wl: Workload, OC: int):
     if len(wl.ops[0]["in"]) == 3:
         return In(2, (OC,), "float32"), {}
@@ -240,11 +302,29 @@ def _padded_size(geo: dict, oh_need: int, ow_need: int) -> tuple[int, int]:
             ow_need + (geo["KW"] - 1) * geo["DW"] // geo["SW"])
 
 
-def _padded_input(wl: Workload, geo: dict, oh_need: int, ow_need: int, par: bool):
+def _pointwise(geo: dict, hw: tuple, ohw: tuple) -> bool:
+    """A 1x1 conv of stride 1 without pads: each output pixel reads its own input pixel."""
+    return geo["KH"] == geo["KW"] == geo["SH"] == geo["SW"] == 1 and not geo["PT"] and not geo["PL"] \
+        and tuple(hw) == tuple(ohw)
+
+
+def _flat_rows(P: int, tp: int, widest: int = 256) -> tuple[int, int]:
+    """(rows, width) to view a plane of P pixels as: the widest multiple of the tile's TP
+    pixels (up to `widest`) that divides P, so that tiles never run past a row and the
+    rows still split into work items; else one row of P."""
+    for w in range(widest - widest % tp, 0, -tp):
+        if P % w == 0:
+            return P // w, w
+    return 1, P
+
+
+def _padded_input(wl: Workload, geo: dict, oh_need: int, ow_need: int, par: bool, hw: tuple | None = None):
     """The input as the kernels read it, Xp[N, C, HP, SW, WQ] (phase-split, zero-bordered
     to what the tiles read when they run `oh_need` rows and `ow_need` pixels), and the
-    workspace and `pad` step that make it; a plain view of the input when none is needed."""
+    workspace and `pad` step that make it; a plain view of the input when none is needed.
+    `hw`: the (H, W) to view the input planes as (a 1x1 conv's rows, `_flat_rows`)."""
     N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
+    H, W = hw or (H, W)
     SW = geo["SW"]
     hp, wq = _padded_size(geo, oh_need, ow_need)
     if SW == 1 and not geo["PT"] and not geo["PL"] and hp <= H and wq <= W:
@@ -334,14 +414,17 @@ def _store_oc(nr: int, epi: Epilogue, pixel: tuple, out: str) -> tuple:
 
 def _store_px(mr: int, nr: int, epi: Epilogue, row: str, p0: str, count: str, j: str) -> tuple:
     """Store of a channels x pixels tile: row r is channel oct*MR + r, its pixels p0 + q are
-    contiguous in `row` (the output row or plane), so the loop over q stores vectors."""
+    contiguous in `row` (the output row or plane), so the loop over q stores vectors. It
+    writes through a view that starts at p0: indexed from 0 by the loop variable, numba
+    leaves out its negative-index test and LLVM vectorizes the loop (with `row[p0 + q]` the
+    store stayed scalar and cost more than the tile's FMAs when K is small, measured)."""
     assigns, result = epi.emit("v", "n * OC + oc", j, "e", c="oc")
     return (
         If(f"oct * {mr} + r < OCg", (
-            Assign("oc", f"g * OCg + oct * {mr} + r"), Assign("bo", "bias[oc]"), Assign("orow", row),
+            Assign("oc", f"g * OCg + oct * {mr} + r"), Assign("bo", "bias[oc]"), Assign("orow", f"{row}[{p0}:]"),
             For("q", "0", count, (
                 Assign("pq", f"{p0} + q"), Assign("v", "ct[r, q] + bo"),
-            ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[pq]", result),)),
+            ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[q]", result),)),
         )),
     )
 

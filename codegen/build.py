@@ -23,6 +23,7 @@ What the cache can make us run, and why each is safe (see `codegen.cache_safety`
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -32,6 +33,11 @@ import time
 import types
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:   # not POSIX: concurrent compiles of one file only repeat work
+    fcntl = None
 
 from codegen.cache_safety import CacheError, cache_files, discard, private_dir, verified, write_manifest
 from codegen.source import HEADER, render, render_function
@@ -172,6 +178,31 @@ def load_source(src: str, key: str, functions: list[str], settings: Settings | N
     if name in sys.modules:
         mod = sys.modules[name]
         return CompiledModule(src, path, {f: getattr(mod, f) for f in functions}, 0.0, True)
+    with _compiling(path):
+        return _load_locked(src, name, functions, path)
+
+
+@contextlib.contextmanager
+def _compiling(path: Path):
+    """Held while `path` is written, compiled and its manifest recorded: a process that wants
+    the same file meanwhile (two workers compiling kernels that share a helper) waits, then
+    loads the first one's machine code instead of compiling it again and racing its writes."""
+    if fcntl is None:
+        yield
+        return
+    stripe = hashlib.sha256(path.name.encode()).hexdigest()[:2]   # 256 lock files at most
+    locks = private_dir(path.parent / "locks")
+    fd = os.open(locks / f"{stripe}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _load_locked(src: str, name: str, functions: list[str], path: Path) -> CompiledModule:
+    if name in sys.modules:   # loaded by another thread while this one waited
+        return CompiledModule(src, path, {f: getattr(sys.modules[name], f) for f in functions}, 0.0, True)
     if not path.exists() or path.read_text() != src:
         _write_atomic(path, src)
     ndir = numba_dir(path)

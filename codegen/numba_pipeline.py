@@ -13,9 +13,10 @@ arbitrary Python, so this pipeline leaves that out:
   ~0.3-0.6 s per kernel.
 - closure inlining (`inline_closure_likes`) runs only where the function makes a
   closure (`make_function` in its IR): generated code makes none.
-- LLVM's function-level passes, run on each function before the module-level -O3
-  pipeline (which runs anyway and includes them). (measured in
-  experiments/bench_compile.md; `lean_options["function_passes"] = True` keeps them).
+
+LLVM's passes stay as numba runs them: skipping its per-function passes (the module's
+-O3 pipeline runs after them anyway) saved ~0.3 s per conv kernel but made it 2.5x
+slower (measured: the SLP vectorizer then finds less to do).
 
 Machine code is unchanged in speed (experiments/bench_compile.md). `lean_options` is
 read at compile time; set `TENSORTUNE_NUMBA_LEAN=0` for numba's default passes (the
@@ -28,13 +29,12 @@ import os
 from numba.core import ir
 from numba.core import untyped_passes as _untyped
 from numba.core.compiler import CompilerBase, DefaultPassBuilder
-from numba.core.compiler_machinery import LoweringPass, PassManager, register_pass
-from numba.core.typed_passes import NativeLowering
+from numba.core.compiler_machinery import PassManager, register_pass
 
 __all__ = ["LeanCompiler", "lean_options"]
 
 _LEAN = os.environ.get("TENSORTUNE_NUMBA_LEAN", "1") != "0"
-lean_options = {"ssa": not _LEAN, "closures": not _LEAN, "function_passes": not _LEAN}
+lean_options = {"ssa": not _LEAN, "closures": not _LEAN}   # True: numba's pass runs
 
 
 def _makes_closures(func_ir) -> bool:
@@ -53,29 +53,6 @@ class InlineClosuresWhereMade(_untyped.InlineClosureLikes):
         return False
 
 
-@register_pass(mutates_CFG=False, analysis_only=True)
-class ModuleLevelOptimizationOnly(LoweringPass):
-    """Creates the code library as native lowering would, minus LLVM's per-function passes
-    (the module's -O3 pipeline that follows runs them anyway)."""
-    _name = "module_level_optimization_only"
-
-    def __init__(self):
-        LoweringPass.__init__(self)
-
-    def run_pass(self, state):
-        if lean_options["function_passes"]:
-            return False
-        if state.library is None:
-            state.library = state.targetctx.codegen().create_library(state.func_id.func_qualname)
-            state.library.enable_object_caching()   # as `NativeLowering` does: the library is cached
-        layout = state.library._codegen._data_layout
-
-        def data_layout_only(ll_module):
-            ll_module.data_layout = layout
-        state.library._optimize_functions = data_layout_only
-        return False
-
-
 class LeanCompiler(CompilerBase):
     """numba's nopython pipeline without the passes generated kernels do not need."""
 
@@ -87,8 +64,6 @@ class LeanCompiler(CompilerBase):
                 continue
             if cls is _untyped.InlineClosureLikes:
                 cls = InlineClosuresWhereMade
-            if cls is NativeLowering:
-                pm.add_pass(ModuleLevelOptimizationOnly, "module-level LLVM optimization only")
             pm.add_pass(cls, desc)
         pm.finalize()
         return [pm]

@@ -91,16 +91,44 @@ def _warm_up(backend) -> None:
     backend.compile(t.lower(wl, t.default_config(wl)).module)
 
 
-def _time_kernel(template, wl, cfg, artifact, backend) -> float:
-    """Median seconds of one call of the compiled kernel (1 thread), on the check inputs."""
-    from codegen.kernel import Kernel
+def _plain_functions(module) -> dict | None:
+    """`module`'s functions compiled as before this change (plain source, numba's default
+    pipeline; exec'd, no cache), or None in a checkout without the lean path."""
+    import types
+    try:
+        from codegen.source import HEADER, render
+        src = render(module, "", HEADER, lean=False)
+    except TypeError:
+        return None
+    src = (src.replace("cache=True", "cache=False").replace(", no_cfunc_wrapper=True", "")
+           .replace(", pipeline_class=LeanCompiler", ""))
+    mod = types.ModuleType("bench_compile_plain")
+    exec(compile(src, "<plain>", "exec"), mod.__dict__)
+    return {f.name: getattr(mod, f.name) for f in module.functions}
+
+
+def _time_kernels(template, wl, cfg, artifact, backend) -> tuple[float, float | None]:
+    """Median seconds of one call (1 thread, check inputs) of the compiled kernel and, where this
+    checkout has it, of the same module compiled the plain way: 7 interleaved rounds."""
+    from codegen.backend import Artifact
+    from codegen.kernel import BoundKernel, Kernel, prepare
     from ir import accuracy
-    k = Kernel(wl, template.name, cfg, template.lower(wl, cfg), artifact)
+    low = template.lower(wl, cfg)
     arrays = accuracy.check_inputs(wl, 0)[0]
-    bound = k.bind(arrays, backend)
-    bound(arrays)
-    lat, _ = backend.time(lambda: bound(arrays), None, 7, 50.0)
-    return statistics.median(lat)
+    kernels = [Kernel(wl, template.name, cfg, low, artifact).bind(arrays, backend)]
+    plain = _plain_functions(low.module)
+    if plain is not None:
+        fixed = _FixedFunctions(plain)
+        k = Kernel(wl, template.name, cfg, low, Artifact("cpu", "plain", "", "", tuple(plain)))
+        kernels.append(BoundKernel(k, prepare(k, arrays, fixed), fixed))
+    lat = [[] for _ in kernels]
+    for bk in kernels:
+        bk(arrays)
+    for _ in range(7):
+        for i, bk in enumerate(kernels):
+            lat[i].append(bk.backend.time(lambda: bk(arrays), 3, 1, 0.0)[0][0])
+    med = [statistics.median(x) for x in lat]
+    return med[0], (med[1] if len(med) > 1 else None)
 
 
 def compile_model(name: str, path: Path, speed: int) -> dict:
@@ -125,7 +153,7 @@ def compile_model(name: str, path: Path, speed: int) -> dict:
                      "_job": (template, wl, cfg, art)})
     for r in sorted(rows, key=lambda r: -r["flops"])[:speed]:
         template, wl, cfg, art = r["_job"]
-        r["run_s"] = _time_kernel(template, wl, cfg, art, backend)
+        r["run_s"], r["plain_run_s"] = _time_kernels(template, wl, cfg, art, backend)
     for r in rows:
         del r["_job"]
     return {"kernels": len(jobs), "rows": rows}
@@ -143,6 +171,85 @@ def cold_call(path: Path, sizes: dict) -> dict:
     t0 = time.perf_counter()
     model.run(feeds)
     return {"first_s": first, "second_s": time.perf_counter() - t0, "compiles": model.stats.get("compiles")}
+
+
+ABLATION = [   # cumulative: (label, lean printer text, lean_options that are switched to lean, no cfunc wrapper)
+    ("numba defaults, plain source (before)", False, (), False),
+    ("+ printer: hoisted constants, row views", True, (), False),
+    ("+ no cfunc wrapper", True, (), True),
+    ("+ no SSA reconstruction", True, ("ssa",), True),
+    ("+ closure inlining only where closures are made (all of it: this checkout)", True, ("ssa", "closures"), True),
+]
+
+
+def ablation(reps: int) -> list:
+    """CPU seconds to compile the ResNet-18 3x3 conv (64 ch, 56x56, + Relu, default config), per
+    step of ABLATION, cumulative; in this process, without numba's cache (exec'd source),
+    variants interleaved, `reps` rounds. Returns [(label, median s, min s, run ms)]."""
+    import types
+
+    import numpy as np
+
+    from codegen import numba_pipeline
+    from codegen.source import HEADER, render
+    from ir import accuracy
+    from schedules.registry import get_template
+    from tests.template_cases import conv_wl
+    wl = conv_wl(1, 64, 56, 56, 64, epi=("relu",))
+    t = get_template("conv2d")
+    cfg = t.default_config(wl)
+    low = t.lower(wl, cfg)
+    saved = dict(numba_pipeline.lean_options)
+
+    def source(lean_text, cfunc_off):
+        src = render(low.module, "", HEADER, lean=lean_text).replace("cache=True", "cache=False")
+        if not cfunc_off:
+            src = src.replace(", no_cfunc_wrapper=True", "")
+        return src
+    times = {a[0]: [] for a in ABLATION}
+    fns = {}
+    for r in range(reps):
+        for label, lean_text, lean, cfunc_off in ABLATION:
+            for k in numba_pipeline.lean_options:
+                numba_pipeline.lean_options[k] = k not in lean
+            if not lean and not cfunc_off:
+                src = source(lean_text, cfunc_off).replace(", pipeline_class=LeanCompiler", "")
+            else:
+                src = source(lean_text, cfunc_off)
+            mod = types.ModuleType(f"ablation_{r}_{len(fns)}")
+            c0 = time.process_time()
+            exec(compile(src, f"<ablation {label}>", "exec"), mod.__dict__)
+            times[label].append(time.process_time() - c0)
+            fns[label] = {f.name: getattr(mod, f.name) for f in low.module.functions}
+    numba_pipeline.lean_options.update(saved)
+    arrays = accuracy.check_inputs(wl, 0)[0]
+    expected = accuracy.reference(wl, arrays)
+    from codegen.backend import Artifact
+    from codegen.kernel import BoundKernel, Kernel, prepare
+    bound = {}
+    for label, *_ in ABLATION:
+        backend = _FixedFunctions(fns[label])
+        k = Kernel(wl, "conv2d", cfg, low, Artifact("cpu", label, "", "", tuple(fns[label])))
+        bound[label] = BoundKernel(k, prepare(k, arrays, backend), backend)
+        assert np.allclose(bound[label](arrays), expected, rtol=1e-3, atol=1e-3), label
+    run = {label: [] for label in bound}
+    for _ in range(7):   # interleaved: the neighbours' load hits every variant alike
+        for label, bk in bound.items():
+            lat, _ = bk.backend.time(lambda: bk(arrays), 3, 1, 0.0)
+            run[label].append(lat[0])
+    return [(label, statistics.median(times[label]), min(times[label]), statistics.median(run[label]) * 1e3)
+            for label, *_ in ABLATION]
+
+
+def _FixedFunctions(functions: dict):
+    """The CPU backend (1 thread) whose `load` hands out `functions` (compiled outside the cache)."""
+    from codegen.cpu import CpuBackend
+    from ir.settings import Settings
+
+    class Fixed(CpuBackend):
+        def load(self, artifact):
+            return functions
+    return Fixed(Settings.from_env().with_(threads=1))
 
 
 def run_side(code: Path, mode: str, name: str, path: Path, speed: int, timeout: float) -> dict:
@@ -198,19 +305,14 @@ def report(results: dict, cold: dict | None, baseline: str | None, machine: str)
                          f"{c[0]:.2f} / {c[1]:.2f} / {c[2]:.2f} | {sum(x['cpu'] for x in rows):.1f} |")
     speed = []
     for name, sides in results.items():
-        after, before = sides.get("after", {}), sides.get("before", {})
-        if "rows" not in after:
-            continue
-        old = {(x["template"], x["what"], x["flops"]): x for x in before.get("rows", [])}
-        for x in after["rows"]:
-            if "run_s" in x:
-                b = old.get((x["template"], x["what"], x["flops"]), {})
-                ratio = f"{b['run_s'] / x['run_s']:.2f}" if "run_s" in b else "-"
-                before_ms = f"{b['run_s'] * 1e3:.3f}" if "run_s" in b else "-"
-                speed.append(f"| {MODELS[name][0]} | {x['template']}: {x['what']} | {before_ms} | "
-                             f"{x['run_s'] * 1e3:.3f} | {ratio} |")
+        for x in sides.get("after", {}).get("rows", []):
+            if x.get("plain_run_s"):
+                speed.append(f"| {MODELS[name][0]} | {x['template']}: {x['what']} | {x['plain_run_s'] * 1e3:.3f} | "
+                             f"{x['run_s'] * 1e3:.3f} | {x['plain_run_s'] / x['run_s']:.2f} |")
     if speed:
-        lines += ["", "Kernel run time, 1 thread, median of 7 repeats (before/after > 1: after is faster):", "",
+        lines += ["", "Kernel run time, 1 thread, median of 7 interleaved rounds of 3 calls, in the 'after' process: "
+                  "the module compiled as before (plain source, numba's default pipeline) vs as now "
+                  "(before/after > 1: after is faster):", "",
                   "| model | kernel | before ms | after ms | before/after |", "|---|---|---|---|---|"] + speed
     if cold:
         lines += ["", "ResNet-18-style (224) first call with an empty kernel cache (`runtime.load` + first "
@@ -232,6 +334,8 @@ def main(argv=None) -> int:
     ap.add_argument("--speed", type=int, default=3, help="time this many of each model's largest kernels")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per side and model")
     ap.add_argument("--out", default=None, help="append the Markdown tables to this file")
+    ap.add_argument("--ablation", type=int, default=0, metavar="ROUNDS",
+                    help="only: compile the ResNet 3x3 conv with each idea added in turn, ROUNDS rounds")
     ap.add_argument("--side", nargs=3, metavar=("MODE", "MODEL", "PATH"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.side:
@@ -240,6 +344,18 @@ def main(argv=None) -> int:
         print(json.dumps(out))
         return 0
     machine = _machine()
+    if a.ablation:
+        rows = ablation(a.ablation)
+        text = (f"\n### {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: ablation, {machine}\n\n"
+                f"ResNet-18 3x3 conv (64 ch, 56x56, + Relu), default config (3 functions); CPU s to compile, "
+                f"{a.ablation} interleaved rounds, numba's cache off; kernel run time 1 thread, 7 interleaved rounds of 3 calls, median.\n\n"
+                "| step (cumulative) | compile CPU s median | min | kernel ms |\n|---|---|---|---|\n"
+                + "".join(f"| {lab} | {m:.2f} | {lo:.2f} | {ms:.3f} |\n" for lab, m, lo, ms in rows))
+        print(text)
+        if a.out:
+            with open(a.out, "a") as f:
+                f.write(text)
+        return 0
     work = Path(tempfile.mkdtemp(prefix="bench_compile_models_"))
     sides = [("before", Path(a.baseline).resolve())] if a.baseline else []
     sides.append(("after", ROOT))
@@ -248,7 +364,8 @@ def main(argv=None) -> int:
         path = write_model(name, work)
         results[name] = {}
         for side, code in sides:
-            r = results[name][side] = run_side(code, "compile", name, path, a.speed, a.timeout)
+            r = results[name][side] = run_side(code, "compile", name, path, a.speed if side == "after" else 0,
+                                               a.timeout)
             if "rows" in r:
                 m, lo, hi = stats(r["rows"], "cpu")
                 print(f"{name:10s} {side:6s} {len(r['rows'])} code shapes: CPU s per shape median {m:.2f} "

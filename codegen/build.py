@@ -192,7 +192,7 @@ def _compiling(path: Path):
         return
     stripe = hashlib.sha256(path.name.encode()).hexdigest()[:2]   # 256 lock files at most
     locks = private_dir(path.parent / "locks")
-    fd = os.open(locks / f"{stripe}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(locks / f"{stripe}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -117,16 +117,15 @@ def _time_kernels(template, wl, cfg, artifact, backend) -> tuple[float, float | 
     arrays = accuracy.check_inputs(wl, 0)[0]
     kernels = [Kernel(wl, template.name, cfg, low, artifact).bind(arrays, backend)]
     plain = _plain_functions(low.module)
-    if plain is not None:
+    if plain is not None:   # same packed constants, workspaces and output: only the code differs
         fixed = _FixedFunctions(plain)
         k = Kernel(wl, template.name, cfg, low, Artifact("cpu", "plain", "", "", tuple(plain)))
-        kernels.append(BoundKernel(k, prepare(k, arrays, fixed), fixed))
+        kernels.append(BoundKernel(k, kernels[0].state, fixed))
+    work, out = kernels[0].own_work(), kernels[0](arrays)
     lat = [[] for _ in kernels]
-    for bk in kernels:
-        bk(arrays)
     for _ in range(7):
         for i, bk in enumerate(kernels):
-            lat[i].append(bk.backend.time(lambda: bk(arrays), 3, 1, 0.0)[0][0])
+            lat[i].append(bk.backend.time(lambda: bk(arrays, out, work), 3, 1, 0.0)[0][0])
     med = [statistics.median(x) for x in lat]
     return med[0], (med[1] if len(med) > 1 else None)
 
@@ -226,16 +225,18 @@ def ablation(reps: int) -> list:
     expected = accuracy.reference(wl, arrays)
     from codegen.backend import Artifact
     from codegen.kernel import BoundKernel, Kernel, prepare
-    bound = {}
-    for label, *_ in ABLATION:
+    bound, state, work, out = {}, None, None, None
+    for label, *_ in ABLATION:   # every variant on the same packed constants, workspaces and output
         backend = _FixedFunctions(fns[label])
         k = Kernel(wl, "conv2d", cfg, low, Artifact("cpu", label, "", "", tuple(fns[label])))
-        bound[label] = BoundKernel(k, prepare(k, arrays, backend), backend)
-        assert np.allclose(bound[label](arrays), expected, rtol=1e-3, atol=1e-3), label
+        bound[label] = bk = BoundKernel(k, state or prepare(k, arrays, backend), backend)
+        state, work = bk.state, work or bk.own_work()
+        out = bk(arrays, out, work)
+        assert np.allclose(out, expected, rtol=1e-3, atol=1e-3), label
     run = {label: [] for label in bound}
     for _ in range(7):   # interleaved: the neighbours' load hits every variant alike
         for label, bk in bound.items():
-            lat, _ = bk.backend.time(lambda: bk(arrays), 3, 1, 0.0)
+            lat, _ = bk.backend.time(lambda: bk(arrays, out, work), 3, 1, 0.0)
             run[label].append(lat[0])
     return [(label, statistics.median(times[label]), min(times[label]), statistics.median(run[label]) * 1e3)
             for label, *_ in ABLATION]

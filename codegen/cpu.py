@@ -5,10 +5,12 @@ threads, copy t handling work items t, t+T, ... (`parallel_for`). Numba's
 `parallel=True` would compile each candidate about 3x slower (measured: 5 s ->
 15 s for a dense register tile), and compile time is the tuner's main cost.
 
-An artifact is the rendered source plus numba's cache files for it (index and
-machine code) and the source file's timestamp, which numba's index checks:
-written into another process's (or machine's) private kernel cache, numba loads
-the machine code instead of compiling. On a CPU that differs, numba's index has
+Each function compiles from its own file (`codegen.build.parts_for`), so helpers
+shared by many kernels compile once. An artifact is the module's rendered source
+plus, for each part, its source, numba's cache files (index and machine code) and
+the source file's timestamp, which numba's index checks: written into another
+process's (or machine's) private kernel cache, numba loads the machine code
+instead of compiling. On a CPU that differs, numba's index has
 no entry for it and compiles: correct, only slower.
 """
 from __future__ import annotations
@@ -21,7 +23,6 @@ from functools import lru_cache
 
 from codegen import build as _build
 from codegen.backend import Artifact, Backend
-from codegen.cache_safety import cache_files, verified
 
 from codegen.target import Target
 from schedules.loopnest import LoopModule
@@ -211,27 +212,31 @@ class CpuBackend(Backend):
     def compile(self, module: LoopModule) -> Artifact:
         target = self.target()
         src, key = _build.source_for(module, target)
-        names = tuple(f.name for f in module.functions)
-        cm = _build.load_source(src, key, list(names), self.settings)
-        if not cm.path.exists():   # loaded earlier in this process from another cache: this one gets the source
-            _build._write_atomic(cm.path, src)
-        ndir = _build.numba_dir(cm.path)
-        files = {f.name: f.read_bytes() for f in cache_files(ndir, cm.path.stem)}
-        return Artifact("cpu", key, target.key, src, names, files, cm.compile_s, cm.cached,
-                        meta={"source_mtime_ns": os.stat(cm.path).st_mtime_ns})
+        parts = _build.parts_for(module, target)
+        cm = _build.load_parts(src, key, parts, self.settings)
+        files, shipped = {}, []
+        for part in parts:
+            part_files, mtime_ns = _build.part_files(part, self.settings)
+            files.update(part_files)
+            shipped.append({"key": part.key, "source": part.source, "functions": part.functions,
+                            "mtime_ns": mtime_ns})
+        return Artifact("cpu", key, target.key, src, tuple(f.name for f in module.functions), files, cm.compile_s,
+                        cm.cached, meta={"parts": shipped})
 
     def has_cached(self, module: LoopModule) -> bool:
-        """Whether this process or the kernel cache already holds `module`'s machine code, so
-        `compile` only loads it (tens of milliseconds instead of seconds)."""
-        src, key = _build.source_for(module, self.target())
-        if f"tensortune_kernel_{key}" in _build.sys.modules:
-            return True
-        path = _build.cache_dir(self.settings) / f"k_{key}.py"
-        return path.exists() and path.read_text() == src and verified(_build.numba_dir(path), path.stem)
+        """Whether this process or the kernel cache already holds the machine code of every
+        function of `module`, so `compile` only loads it (tens of milliseconds, not seconds)."""
+        return all(_build.part_cached(p, self.settings) for p in _build.parts_for(module, self.target()))
 
     def load(self, artifact: Artifact) -> dict:
-        _build.install_artifact(artifact, self.settings)
-        return _build.load_source(artifact.source, artifact.key, list(artifact.functions), self.settings).functions
+        shipped = artifact.meta.get("parts")
+        if shipped is None:   # a whole-module artifact
+            _build.install_artifact(artifact, self.settings)
+            return _build.load_source(artifact.source, artifact.key, list(artifact.functions),
+                                      self.settings).functions
+        parts = [_build.Part(p["key"], p["source"], tuple(p["functions"])) for p in shipped]
+        _build.install_parts(parts, artifact.files, {p["key"]: p["mtime_ns"] for p in shipped}, self.settings)
+        return _build.load_parts(artifact.source, artifact.key, parts, self.settings).functions
 
     def call(self, fn, args: list, items: int, parallel: bool, grid=(), block=()) -> None:
         parallel_for(fn, tuple(args), self.settings.num_threads if parallel else 1, items)

@@ -61,7 +61,8 @@ def build_once(cache: Path) -> dict:
 
 
 def numba_files(cache: Path, suffix: str) -> list[Path]:
-    return sorted((cache / "kernels" / "__pycache__").glob(f"k_*{suffix}"))
+    """numba's files for the kernel's functions (each compiles from its own `f_<key>.py`)."""
+    return sorted((cache / "kernels" / "__pycache__").glob(f"f_*{suffix}"))
 
 
 def plant(cache: Path, marker: Path) -> list[Path]:
@@ -148,13 +149,13 @@ def test_truncated_file_matching_its_manifest_is_still_recompiled(tmp_path):
     cache = tmp_path / "cache"
     build_once(cache)
     pyc = cache / "kernels" / "__pycache__"
-    manifest = next(pyc.glob("*.sha256.json"))
-    digests = json.loads(manifest.read_text())
     import hashlib
     for f in numba_files(cache, ".nbi"):
         f.write_bytes(f.read_bytes()[:40])
+        manifest = pyc / (f.name.split(".")[0] + ".sha256.json")
+        digests = json.loads(manifest.read_text())
         digests[f.name] = hashlib.sha256(f.read_bytes()).hexdigest()
-    manifest.write_text(json.dumps(digests))
+        manifest.write_text(json.dumps(digests))
     again = build_once(cache)
     assert again["cached"] is False
     assert build_once(cache)["cached"] is True

@@ -86,6 +86,9 @@ def _axes_input(op, shape, axes, keepdims, positive=False):
     ("ReduceSumSquare", (2, 9, 3), [-2], 0),
     ("ReduceLogSum", (2, 3, 4), [0, 2], 1),
     ("ReduceMean", (2, 1, 3), [1], 1),           # only a size-1 axis: a copy
+    ("ReduceLogSumExp", (3, 5, 37), [2], 0),
+    ("ReduceLogSumExp", (2, 7, 6), [1], 1),
+    ("ReduceLogSumExp", (2, 3, 4, 5), [1, 3], 0),
 ])
 def test_any_axes_match_numpy(op, shape, axes, keepdims):
     wl, arrays = _axes_input(op, shape, axes, keepdims, positive=op == "ReduceLogSum")
@@ -152,3 +155,18 @@ def test_long_rows_with_the_default_lanes_and_a_tail(op):
     exp2 polynomial's argument reduction and the lane tails."""
     wl = softmax((3, 100), op)
     check(RED, wl, RED.default_config(wl))
+
+
+@pytest.mark.parametrize("shape,axes", [((3, 9), [1]), ((9, 3), [0]), ((3, 2, 4), [0, 2])])
+def test_logsumexp_of_infinities_matches_numpy(shape, axes):
+    """A reduced set that is all -inf gives -inf, one holding +inf gives +inf (the max is
+    taken as 0 there, as the reference does): the kernels keep inf semantics (no ninf)."""
+    x = np.random.default_rng(2).uniform(-3, 3, shape).astype(np.float32)
+    first = tuple(slice(None) if a in axes else 0 for a in range(len(shape)))
+    x[first] = -np.inf
+    last = tuple(slice(None) if a in axes else -1 for a in range(len(shape)))
+    x[last] = 1.0
+    x[tuple(0 if a in axes else -1 for a in range(len(shape)))] = np.inf
+    wl = make_wl([("ReduceLogSumExp", ["i0"], {"axes": axes, "keepdims": 0})], [(shape, "float32", False)], [x])
+    assert RED.matches(wl)
+    check(RED, wl, RED.default_config(wl), [x])

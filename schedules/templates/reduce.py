@@ -1,7 +1,8 @@
 """Reductions with a fused elementwise prologue: Softmax, LogSoftmax, LayerNormalization,
-Reduce{Sum,Mean,Max,Min} over contiguous axes, GlobalAverage/MaxPool.
+Reduce{Sum,Mean,Max,Min,Prod,SumSquare,L1,L2,LogSum,LogSumExp} over any axes, GlobalAverage/MaxPool.
 
-The input is viewed as [rows, L, inner] (L: the reduced extent). With inner == 1
+The input is viewed as [rows, L, inner] (L: the reduced extent); axes that are not one run
+go through offset tables (`_plan`: no prologue then). With inner == 1
 each row is reduced in passes over L: reductions in V partial accumulators (`lanes`:
 the fastmath flags exclude reassociation, so a single accumulator would never
 vectorize), elementwise passes as plain loops (Softmax's exp is a vectorizable
@@ -50,7 +51,8 @@ def default_lanes(L: int, target=None) -> int:
 
 # reductions beyond the classic four (the CUDA family does not cover them)
 MORE_REDUCE_OPS = {"ReduceProd": "prod", "ReduceSumSquare": "sumsq", "ReduceL2": "l2", "ReduceL1": "l1",
-                   "ReduceLogSum": "logsum"}
+                   "ReduceLogSum": "logsum", "ReduceLogSumExp": "logsumexp"}
+EXACT = ("nsz", "arcp", "contract", "afn")   # LogSumExp tests for infinite maxima: no nnan/ninf
 F0_, F1_ = "np.float32(0.0)", "np.float32(1.0)"
 KINDS = {   # kind: (identity, update of s by v, result from m of n elements)
     "sum": (F0_, "{s} + {v}", "{m}"),
@@ -401,6 +403,14 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False) -> Func
     elif kind == "LayerNormalization":  # a sum first
         body += [*init(F0), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"v{u}", "+"),), value),
                  *combine("", "m")]
+    elif kind == "logsumexp":   # the max m, then log(sum e^(v - m')) + m', m' = 0 where m is infinite
+        passes = [lane_pass(lambda u: (Assign(f"s{u}", f"max(s{u}, v{u})"),), value),
+                  lane_pass(lambda u: (Assign(f"s{u}", f"s{u} + np.float32(math.exp(v{u} - mm))"),), value)]
+        if strided:
+            passes = [(For("j", "0", "J", (Assign("base", "rb + off[np.uint64(j)]"),) + tuple(p)),) for p in passes]
+        body += [*init(NEG_INF), *passes[0], *combine("max", "m"),
+                 Assign("mm", f"m if abs(m) < np.float32(np.inf) else {F0}"),
+                 *init(F0), *passes[1], *combine("", "s"), Assign("out[r]", "np.float32(math.log(s)) + mm")]
     else:   # Reduce*: identity, update, fold (KINDS), over one row or J strided rows
         ident, update, _ = KINDS[kind]
         upd = lambda u: (Assign(f"s{u}", update.format(s=f"s{u}", v=f"v{u}")),)  # noqa: E731
@@ -424,7 +434,7 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False) -> Func
                  *combine("", "var"), Assign("var", "var / np.float32(L)"),
                  Assign("inv", "np.float32(1.0) / np.float32(math.sqrt(var + eps))"),
                  row_pass(read(0) + (Assign(out_at(0), "(v0 - mean) * inv * scale[np.uint64(c0)] + shift[np.uint64(c0)]"),))]
-    else:
+    elif kind in KINDS:
         body += [Assign("out[r]", KINDS[kind][2].format(m="m", n="L * J" if strided else "L"))]
     per_row = tuple(Assign(f"pb{slots[r]}", f"(r % per[{slots[r]}]) * L")
                     for r in refs if modes[r] == "per")
@@ -443,11 +453,11 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False) -> Func
         params += (Param("base_of", "int64[::1]"), Param("off", "int64[::1]"), Param("out", "float32[::1]"),
                    Param("rows", "int64"), Param("L", "int64"), Param("J", "int64"), Param("RB", "int64"),
                    Param("t", "int64"), Param("T", "int64"))
-        return Function("reduce", params, loop)
+        return Function("reduce", params, loop, **({"fastmath": EXACT} if kind == "logsumexp" else {}))
     params += (Param("out", "float32[::1]"), Param("rows", "int64"), Param("L", "int64"),
                Param("per", "int64[::1]"), Param("eps", "float64"), Param("RB", "int64"),
                Param("t", "int64"), Param("T", "int64"))
-    return Function("reduce", params, loop)
+    return Function("reduce", params, loop, **({"fastmath": EXACT} if kind == "logsumexp" else {}))
 
 
 def _middle(x: str, kind: str, unroll: int) -> Function:
@@ -455,7 +465,7 @@ def _middle(x: str, kind: str, unroll: int) -> Function:
     of the input rows at base[r] + off[l], l < L, `unroll` of them per pass over the row (the
     output row is loaded and stored once per pass; the inner loop, unsigned indices and no
     loop-carried value, is what LLVM vectorizes)."""
-    ident, update, final = KINDS[kind]
+    ident, update, final = KINDS["max" if kind == "logsumexp" else kind]
     u = _u
 
     def rows_pass(n: int) -> tuple:
@@ -468,7 +478,15 @@ def _middle(x: str, kind: str, unroll: int) -> Function:
         return tuple(Assign(f"src{q}", f"b + off[{u(f'{l} + {q}')}]") for q in range(n))
 
     post = final.format(m=f"out[{u('ob + i')}]", n="L")
-    body = (
+    lse = ()
+    if kind == "logsumexp":   # out holds the max: then acc = sum e^(x - m'), out = log(acc) + m'
+        o, a = f"out[{u('ob + i')}]", f"acc[{u('i')}]"
+        lse = (For("i", "0", "inner", (Assign(o, f"{o} if abs({o}) < np.float32(np.inf) else np.float32(0.0)"),
+                                       Assign(a, "np.float32(0.0)"))),
+               For("l", "0", "L", (Assign("src0", f"b + off[{u('l')}]"), For("i", "0", "inner", (
+                   Assign(a, f"{a} + np.float32(math.exp({x}[{u('src0 + i')}] - {o}))"),)))),
+               For("i", "0", "inner", (Assign(o, f"np.float32(math.log({a})) + {o}"),)))
+    body = ((Alloc("acc", ("inner",)),) if lse else ()) + (
         Assign("nl", f"(L // {unroll}) * {unroll}"),
         For("blk", "t", "(rows + RB - 1) // RB", step="T", body=(
             For("r", "blk * RB", "min(rows, blk * RB + RB)", (
@@ -476,12 +494,13 @@ def _middle(x: str, kind: str, unroll: int) -> Function:
                 For("i", "0", "inner", (Assign(f"out[{u('ob + i')}]", ident),)),
                 For("l", "0", "nl", step=str(unroll), body=sources("l", unroll) + rows_pass(unroll)),
             ) + ((For("l", "nl", "L", sources("l", 1) + rows_pass(1)),) if unroll > 1 else ()) + (
-                (For("i", "0", "inner", (Assign(f"out[{u('ob + i')}]", post),)),) if final != "{m}" else ())),
+                (For("i", "0", "inner", (Assign(f"out[{u('ob + i')}]", post),)),) if final != "{m}" else ()) + lse),
         )),
     )
     params = (Param(x, "float32[::1]"), Param("base", "int64[::1]"), Param("off", "int64[::1]"),
               Param("out", "float32[::1]")) + tuple(Param(n, "int64") for n in ("rows", "L", "inner", "RB", "t", "T"))
-    return Function("reduce", params, (Comment("output rows are the accumulators; the inner loop is contiguous"),) + body)
+    return Function("reduce", params, (Comment("output rows are the accumulators; the inner loop is contiguous"),) + body,
+                    **({"fastmath": EXACT} if kind == "logsumexp" else {}))
 
 
 register_template(ReduceTemplate())

@@ -170,3 +170,14 @@ def test_logsumexp_of_infinities_matches_numpy(shape, axes):
     wl = make_wl([("ReduceLogSumExp", ["i0"], {"axes": axes, "keepdims": 0})], [(shape, "float32", False)], [x])
     assert RED.matches(wl)
     check(RED, wl, RED.default_config(wl), [x])
+
+
+@pytest.mark.parametrize("op", ["ReduceSumSquare", "ReduceMax", "ReduceLogSumExp"])
+@pytest.mark.parametrize("cache", [True, False])
+def test_reductions_after_a_prologue(op, cache):
+    """An Add fused before a last-axis reduction of the new kinds (and Max, which now shares
+    their pass), with and without the row buffer."""
+    wl = make_wl([("Add", ["i0", "i1"], {}), (op, ["t0"], {"axes": [2], "keepdims": 1})],
+                 [((2, 3, 21), "float32", False), ((21,), "float32", True)])
+    assert RED.matches(wl)
+    check(RED, wl, RED.space(wl).validate({**RED.default_config(wl).to_json(), "cache": cache}))

@@ -1,12 +1,14 @@
 """Memory-bound templates in GB/s (bytes read + written / time) vs a NumPy copy of as many bytes
 (the bandwidth ceiling: the faster of np.copyto and a numba copy loop; one thread), at 1 and 2 kernel threads, plus onnxruntime (one-node
 models, same threads): Softmax and LayerNormalization rows of (128, 256) and (128, 1024), a
-12-op elementwise chain (Tanh, Sigmoid...), the attention Transpose (0, 2, 1, 3) and a 2x
-nearest / linear Resize. Ours: the template's default config (what untuned models run) and the
+12-op elementwise chain (Tanh, Sigmoid...), the attention Transpose (0, 2, 1, 3), a 2x
+nearest / linear Resize and ViT's mean over the tokens (ReduceMean over a middle axis). Ours: the template's default config (what untuned models run) and the
 best of the listed code configs x run-time RB x parallel (on/off: for small work, waking a
 thread costs more than it saves).
 
 Run: python experiments/bench_memory_bound.py [--quick]   (writes bench_memory_bound.md/.png)
+     python experiments/bench_memory_bound.py --vs-base REV   (prints the kernels this branch changed
+     against the templates of commit REV, side by side; writes nothing)
 """
 from __future__ import annotations
 
@@ -61,6 +63,9 @@ def cases():
             [("Resize", ["i0", "i1", "i2"], {"mode": mode})],
             [(x.shape, "float32", False), ((0,), "float32", True), ((4,), "float32", True)], arrays),
             arrays, [{"vector": "last", "unroll": 1}]))
+    out.append(("ReduceMean axes=[1] (1,197,192)", "reduce", make_wl(
+        [("ReduceMean", ["i0"], {"axes": [1], "keepdims": 0})], [((1, 197, 192), "float32", False)]),
+        None, [{"unroll": u} for u in (1, 4, 8)]))
     return out
 
 
@@ -212,7 +217,86 @@ def report(res, note):
 NOTES = ""   # the hand-written reading of a run goes below the table, after the run
 
 
+def base_template(rev: str, path: str, cls: str):
+    """The template class of `path` as commit `rev` has it, not registered (its old code, built
+    beside this branch's in one process)."""
+    import subprocess
+    import types
+    src = subprocess.check_output(["git", "-C", str(Path(__file__).resolve().parents[1]), "show", f"{rev}:{path}"], text=True)
+    mod = types.ModuleType(f"base_{cls}")
+    sys.modules[mod.__name__] = mod   # dataclasses look their module up
+    exec(compile(src.replace("register_template(", "(lambda t: t)("), f"{rev}:{path}", "exec"), mod.__dict__)
+    return getattr(mod, cls)()
+
+
+def vs_base(rev: str, rounds: int = 7):
+    """Issue 13's profile (untuned models vs onnxruntime, 1 thread) found ViT's ReduceMean over the
+    tokens on the NumPy reference path and BERT's embedding Gather 4.6x onnxruntime: each before
+    (`rev`'s template, or the reference step where no template matched) and after, and onnxruntime
+    (a one-node session), timed in turns, this thread's CPU time at one thread, medians."""
+    import time
+    from ir.ops import get_op
+    use(dataclasses.replace(Settings.from_env(), threads=1))
+    clock = time.thread_time
+    rows = []
+
+    def bench(name, fns):
+        s = {k: [] for k in fns}
+        for _ in range(rounds):
+            for k, f in fns.items():
+                s[k].append(min(timeit(f, min_time=0.05, repeat=3, clock=clock)))
+        med = {k: float(np.median(v)) * 1e6 for k, v in s.items()}
+        rows.append((name, med))
+        print(name, ", ".join(f"{k} {v:.2f} us" for k, v in med.items()), flush=True)
+
+    x = np.random.default_rng(0).standard_normal((1, 197, 192)).astype(np.float32)
+    axes = np.array([1], np.int64)   # opset 18: the axes an input, as torch exports them
+    wl = make_wl([("ReduceMean", ["i0", "i1"], {"keepdims": 0})], [(x.shape, "float32", False), ((1,), "int64", True)],
+                 [x, axes])
+    red = get_template("reduce")
+    out = np.empty(wl.output_shape, np.float32)
+    after = planned(compile_kernel(red, wl, red.default_config(wl)).bind([x, axes]), [x, axes], out)
+    after()
+    np.testing.assert_allclose(out, x.mean(1), rtol=1e-5, atol=1e-6)
+    node = wl.nodes()[0]
+    ref, ref_out = get_op(node.op, node).ref, np.empty_like(out)
+    before = lambda: np.copyto(ref_out, ref(node, [x, axes])[0])  # noqa: E731  (the executor's reference step)
+    sess = ort_session(make_wl([("ReduceMean", ["i0"], {"axes": [1], "keepdims": 0})], [(x.shape, "float32", False)]),
+                       [x], 1)
+    bench("ReduceMean axes=[1] (1,197,192)", {"before (reference)": before, "after": after,
+                                               "onnxruntime": lambda: sess.run(None, {"x0": x})})
+    new, old = get_template("elementwise"), base_template(rev, "schedules/templates/elementwise.py", "ElementwiseTemplate")
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    for vocab, hidden, seq in ((1000, 128, 32), (30522, 256, 128)):
+        table = np.random.default_rng(1).standard_normal((vocab, hidden)).astype(np.float32)
+        ids = np.random.default_rng(2).integers(0, vocab, (1, seq)).astype(np.int64)
+        wl = make_wl([("Gather", ["i0", "i1"], {"axis": 0})],
+                     [(table.shape, "float32", True), (ids.shape, "int64", False)], [table, ids])
+        fns = {}
+        for label, t in ((f"before ({rev[:8]})", old), ("after", new)):
+            o = np.empty(wl.output_shape, np.float32)
+            fns[label] = planned(compile_kernel(t, wl, t.default_config(wl)).bind([table, ids]), [table, ids], o)
+            fns[label]()
+            np.testing.assert_array_equal(o, table[ids])
+        g = helper.make_graph([helper.make_node("Gather", ["t", "ids"], ["y"], axis=0)], "g",
+                              [helper.make_tensor_value_info("ids", TensorProto.INT64, list(ids.shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(table, "t")])
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = so.inter_op_num_threads = 1
+        sess = ort.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(),
+                                    so, providers=["CPUExecutionProvider"])
+        fns["onnxruntime"] = (lambda s, i: lambda: s.run(None, {"ids": i}))(sess, ids)
+        bench(f"Gather ({vocab},{hidden}) by ids (1,{seq})", fns)
+    print(f"{machine()}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (shared)")
+    return rows
+
+
 def main():
+    if "--vs-base" in sys.argv:
+        vs_base(sys.argv[sys.argv.index("--vs-base") + 1])
+        return
     quick = "--quick" in sys.argv
     settings = Settings.from_env()
     use(settings)

@@ -217,3 +217,38 @@ def test_transcendental_chain_is_polynomial_and_matches_numpy():
     src = render(EW.lower(wl, cfg).module)
     assert "math." not in src and "v4 = " in src
     check(EW, wl, cfg)
+
+
+@pytest.mark.parametrize("data_shape,axis,ids", [
+    ((10, 16), 0, [[3, -1, 0, 9, 2]]),       # BERT's embedding: rows of a (vocab, hidden) table
+    ((2, 5, 3, 4), 1, [4, -5, 0]),           # an inner gathered axis: rows of 3 x 4 per (outer, index)
+])
+def test_gather_of_whole_rows_is_a_row_copy(data_shape, axis, ids):
+    """A lone Gather of contiguous rows copies each row (one index load per row), negative
+    indices counting from the end, and matches NumPy."""
+    from codegen.source import render
+    ids = np.array(ids, np.int64)
+    arrays = [f32(*data_shape), ids]
+    wl = make_wl([("Gather", ["i0", "i1"], {"axis": axis})], [(data_shape, "float32", True), (ids.shape, "int64", False)],
+                 arrays)
+    src = render(EW.lower(wl, EW.default_config(wl)).module)
+    assert "row copies" in src and "out[np.uint64(dst + j)] = x0[np.uint64(src + j)]" in src
+    check(EW, wl, EW.default_config(wl), arrays)
+
+
+def test_row_gather_refuses_an_index_out_of_range():
+    from codegen import compile_kernel
+    table, ids = f32(4, 8), np.array([1, 4], np.int64)
+    wl = make_wl([("Gather", ["i0", "i1"], {"axis": 0})], [((4, 8), "float32", True), ((2,), "int64", False)],
+                 [table, np.array([1, 0], np.int64)])
+    kernel = compile_kernel(EW, wl, EW.default_config(wl))
+    with pytest.raises(IndexError, match="out of range"):
+        kernel.bind([table, ids])([table, ids], np.empty(wl.output_shape, np.float32))
+
+
+def test_short_rows_keep_the_index_loop():
+    """A gather along the last axis (rows of one element) stays on the general index loop."""
+    from codegen.source import render
+    wl = make_wl([("Gather", ["i0", "i1"], {"axis": 1})], [((3, 6), "float32", False), ((2,), "int64", True)],
+                 [f32(3, 6), np.array([5, 0], np.int64)])
+    assert "row copies" not in render(EW.lower(wl, EW.default_config(wl)).module)

@@ -2,6 +2,7 @@
 Reduce* along contiguous axes agree with the NumPy reference on odd shapes and random configs."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -58,10 +59,66 @@ def test_other_reductions(ops, shape):
     check(RED, wl, RED.default_config(wl))
 
 
-def test_non_contiguous_axes_fall_back():
-    wl = make_wl([("ReduceSum", ["i0"], {"axes": [0, 2], "keepdims": 1})], [((2, 3, 4), "float32", False)])
-    assert not RED.matches(wl)
+def test_axes_the_family_cannot_take_fall_back():
+    """Softmax over a leading axis (opset 13) and axes given by a non-constant input stay on the
+    reference path."""
     assert not RED.matches(make_wl([("Softmax", ["i0"], {"axis": 0})], [((3, 4), "float32", False)]))
+    wl = make_wl([("ReduceSum", ["i0", "i1"], {"keepdims": 1})], [((2, 3, 4), "float32", False), ((1,), "int64", False)],
+                 [np.ones((2, 3, 4), np.float32), np.array([1])])
+    assert "value" not in wl.inputs[1] and not RED.matches(wl)
+
+
+def _axes_input(op, shape, axes, keepdims, positive=False):
+    """A Reduce* with its axes as a constant input (opset 18), as make_workload stores it."""
+    x = np.random.default_rng(1).uniform(0.1 if positive else -1, 1, shape).astype(np.float32)
+    return make_wl([(op, ["i0", "i1"], {"keepdims": keepdims})], [(shape, "float32", False), ((len(axes),), "int64", True)],
+                   [x, np.array(axes, np.int64)]), [x, np.array(axes, np.int64)]
+
+
+@pytest.mark.parametrize("op,shape,axes,keepdims", [
+    ("ReduceMean", (1, 7, 12), [1], 0),          # ViT's mean over the tokens
+    ("ReduceSum", (3, 5, 4), [0], 1),            # a leading axis
+    ("ReduceMax", (2, 3, 4, 5), [0, 2], 0),      # two runs, the last dims kept
+    ("ReduceMin", (2, 3, 4, 5), [1, 3], 1),      # two runs, the last axis reduced
+    ("ReduceProd", (2, 3, 4), [0, 2], 0),
+    ("ReduceL2", (3, 4, 6), [0, 1], 0),
+    ("ReduceL1", (4, 3, 5), [1], 1),
+    ("ReduceSumSquare", (2, 9, 3), [-2], 0),
+    ("ReduceLogSum", (2, 3, 4), [0, 2], 1),
+    ("ReduceMean", (2, 1, 3), [1], 1),           # only a size-1 axis: a copy
+    ("ReduceLogSumExp", (3, 5, 37), [2], 0),
+    ("ReduceLogSumExp", (2, 7, 6), [1], 1),
+    ("ReduceLogSumExp", (2, 3, 4, 5), [1, 3], 0),
+])
+def test_any_axes_match_numpy(op, shape, axes, keepdims):
+    wl, arrays = _axes_input(op, shape, axes, keepdims, positive=op == "ReduceLogSum")
+    assert RED.matches(wl)
+    check(RED, wl, RED.default_config(wl), arrays)
+
+
+@pytest.mark.parametrize("unroll", [1, 2, 8])
+def test_middle_axis_unrolls_with_a_tail(unroll):
+    """11 reduced rows: `unroll` rows per pass over the output row, then the remainder."""
+    wl, arrays = _axes_input("ReduceMean", (2, 11, 9), [1], 0)
+    cfg = RED.space(wl).validate({**RED.default_config(wl).to_json(), "unroll": unroll})
+    check(RED, wl, cfg, arrays)
+
+
+def test_middle_axis_reads_rows_contiguously():
+    """The inner loop runs over the contiguous kept axis with unsigned indices (what LLVM
+    vectorizes), output rows accumulating input rows."""
+    from codegen.source import render
+    wl, _ = _axes_input("ReduceMean", (1, 197, 192), [1], 0)
+    src = render(RED.lower(wl, RED.default_config(wl)).module)
+    assert "x0[np.uint64(src0 + i)]" in src and "x0[np.uint64(src3 + i)]" in src
+
+
+def test_classic_forms_only_for_cuda():
+    """`_anchor` (what the CUDA family lowers) refuses the forms only the CPU family covers."""
+    from schedules.templates.reduce import _anchor
+    assert _anchor(_axes_input("ReduceMean", (1, 7, 12), [1], 0)[0]) == (0, 1, 7, 12)
+    assert _anchor(_axes_input("ReduceMax", (2, 3, 4), [0, 2], 0)[0]) is None
+    assert _anchor(_axes_input("ReduceL2", (2, 3, 4), [2], 0)[0]) is None
 
 
 def test_layernorm_over_a_size_one_axis():
@@ -98,3 +155,29 @@ def test_long_rows_with_the_default_lanes_and_a_tail(op):
     exp2 polynomial's argument reduction and the lane tails."""
     wl = softmax((3, 100), op)
     check(RED, wl, RED.default_config(wl))
+
+
+@pytest.mark.parametrize("shape,axes", [((3, 9), [1]), ((9, 3), [0]), ((3, 2, 4), [0, 2])])
+def test_logsumexp_of_infinities_matches_numpy(shape, axes):
+    """A reduced set that is all -inf gives -inf, one holding +inf gives +inf (the max is
+    taken as 0 there, as the reference does): the kernels keep inf semantics (no ninf)."""
+    x = np.random.default_rng(2).uniform(-3, 3, shape).astype(np.float32)
+    first = tuple(slice(None) if a in axes else 0 for a in range(len(shape)))
+    x[first] = -np.inf
+    last = tuple(slice(None) if a in axes else -1 for a in range(len(shape)))
+    x[last] = 1.0
+    x[tuple(0 if a in axes else -1 for a in range(len(shape)))] = np.inf
+    wl = make_wl([("ReduceLogSumExp", ["i0"], {"axes": axes, "keepdims": 0})], [(shape, "float32", False)], [x])
+    assert RED.matches(wl)
+    check(RED, wl, RED.default_config(wl), [x])
+
+
+@pytest.mark.parametrize("op", ["ReduceSumSquare", "ReduceMax", "ReduceLogSumExp"])
+@pytest.mark.parametrize("cache", [True, False])
+def test_reductions_after_a_prologue(op, cache):
+    """An Add fused before a last-axis reduction of the new kinds (and Max, which now shares
+    their pass), with and without the row buffer."""
+    wl = make_wl([("Add", ["i0", "i1"], {}), (op, ["t0"], {"axes": [2], "keepdims": 1})],
+                 [((2, 3, 21), "float32", False), ((21,), "float32", True)])
+    assert RED.matches(wl)
+    check(RED, wl, RED.space(wl).validate({**RED.default_config(wl).to_json(), "cache": cache}))

@@ -33,7 +33,7 @@ from ir.ops.elementwise import DTYPE_EXPRS, NAN_AWARE, NUMBA_TYPES, literal, op_
 from ir.ops import resize as rz
 from ir.workload import Workload
 from schedules.launch import Buffer, Call, In, Launch, Out, Scalar, Table, Work
-from schedules.loopnest import Assign, For, Function, If, LoopModule, Param
+from schedules.loopnest import Assign, Call as Stmt, For, Function, If, LoopModule, Param
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
@@ -340,7 +340,7 @@ def _check(wl: Workload):
 
 class ElementwiseTemplate(Template):
     name = "elementwise"
-    version = 4
+    version = 5
 
     def matches(self, wl: Workload) -> bool:
         return _check(wl) is not None
@@ -358,6 +358,9 @@ class ElementwiseTemplate(Template):
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         types, loaded, resizes = _check(wl)
+        rows = _row_gather(wl, types)
+        if rows is not None:
+            return _row_gather_lowered(wl, types, cfg, rows, self.version)
         plans = {k: plan for k, (plan, _) in resizes.items()}
         shapes = {r: t[0] for r, t in types.items()}
         out_shape = tuple(wl.output_shape)
@@ -462,6 +465,53 @@ class ElementwiseTemplate(Template):
         step = Call("injective", xs + tuple(sl_args) + tuple(rz_args) + (
             Out((total,)), Scalar(total if flat else 0), Scalar(RB)), items=items, parallel=cfg["parallel"])
         return Lowered(module, Launch(tuple(pre) + (step,), workspaces=tuple(work), tables=tables))
+
+
+ROW_GATHER_MIN = 8   # gathered rows at least this long are copied whole (shorter: the index loop)
+
+
+def _row_gather(wl: Workload, types: dict):
+    """(outer, D, G, S) for a lone Gather of whole contiguous rows, or None: data viewed as
+    [outer, D, S] (D: the gathered axis), G indices; output row (o, g) is data row (o, ids[g])."""
+    if len(wl.ops) != 1 or wl.ops[0]["op"] != "Gather":
+        return None
+    n = wl.nodes()[0]
+    ds, gs = types[n.inputs[0]][0], types[n.inputs[1]][0]
+    axis = int(n.attrs.get("axis", 0)) % len(ds)
+    S = math.prod(ds[axis + 1:])
+    if S < ROW_GATHER_MIN or 0 in ds or 0 in gs:
+        return None
+    return math.prod(ds[:axis]), ds[axis], math.prod(gs), S
+
+
+def _row_gather_lowered(wl: Workload, types: dict, cfg: Config, rows, version: int) -> Lowered:
+    """The row gather as row copies: each index read and checked once per row (negative ones
+    count from the end; out of range raises IndexError, as the reference's np.take does), then
+    a contiguous copy loop over the row, which LLVM turns into vector moves."""
+    outer, D, G, S = rows
+    data, ind = wl.ops[0]["in"]
+    x, ids = f"x{data[1:]}", f"x{ind[1:]}"
+    body = (
+        For("blk", "t", f"({outer * G} + RB - 1) // RB", step="T", body=(
+            For("row", "blk * RB", f"min({outer * G}, blk * RB + RB)", (
+                Assign("o", f"row // {G}"),
+                Assign("g", _at(ids, f"row - o * {G}")),
+                If("g < 0", (Assign("g", f"g + {D}"),)),
+                If(f"g < 0 or g >= {D}", (Stmt("raise IndexError('Gather: an index is out of range')"),)),
+                Assign("src", f"(o * {D} + g) * {S}"), Assign("dst", f"row * {S}"),
+                For("j", "0", str(S), (Assign(_at("out", "dst + j"), _at(x, "src + j")),)),
+            )),
+        )),
+    )
+    params = tuple(Param(f"x{r[1:]}", f"{NUMBA_TYPES[types[r][1]]}[::1]") for r in sorted({data, ind}, key=lambda r: int(r[1:])))
+    params += (Param("out", f"{NUMBA_TYPES[wl.output_dtype]}[::1]"), Param("n", "int64"), Param("RB", "int64"),
+               Param("t", "int64"), Param("T", "int64"))
+    module = LoopModule((Function("injective", params, body),), doc="elementwise kernel: Gather of whole rows (row copies)",
+                        meta={"template": f"elementwise v{version}"})
+    xs = tuple(In(int(r[1:]), (math.prod(types[r][0]),), types[r][1]) for r in sorted({data, ind}, key=lambda r: int(r[1:])))
+    step = Call("injective", xs + (Out((outer * G * S,)), Scalar(0), Scalar(cfg["RB"])),
+                items=-(-outer * G // cfg["RB"]), parallel=cfg["parallel"])
+    return Lowered(module, Launch((step,)))
 
 
 def _resizes(wl: Workload, types: dict, closed: dict | None = None):

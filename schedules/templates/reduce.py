@@ -1,7 +1,8 @@
 """Reductions with a fused elementwise prologue: Softmax, LogSoftmax, LayerNormalization,
-Reduce{Sum,Mean,Max,Min} over contiguous axes, GlobalAverage/MaxPool.
+Reduce{Sum,Mean,Max,Min,Prod,SumSquare,L1,L2,LogSum,LogSumExp} over any axes, GlobalAverage/MaxPool.
 
-The input is viewed as [rows, L, inner] (L: the reduced extent). With inner == 1
+The input is viewed as [rows, L, inner] (L: the reduced extent); axes that are not one run
+go through offset tables (`_plan`: no prologue then). With inner == 1
 each row is reduced in passes over L: reductions in V partial accumulators (`lanes`:
 the fastmath flags exclude reassociation, so a single accumulator would never
 vectorize), elementwise passes as plain loops (Softmax's exp is a vectorizable
@@ -48,35 +49,118 @@ def default_lanes(L: int, target=None) -> int:
     return max([n for n in LANES if n <= max(want, 1) and n <= max(L, 1)] or [1])
 
 
-def _anchor(wl: Workload):
-    """(index of the reduce op, rows, L, inner) or None."""
-    k = next((i for i, o in enumerate(wl.ops) if o["op"] in ROW_OPS or o["op"] in REDUCE_OPS), None)
-    if k is None or k != len(wl.ops) - 1:
-        return None  # nothing after the reduction is fused here
+# reductions beyond the classic four (the CUDA family does not cover them)
+MORE_REDUCE_OPS = {"ReduceProd": "prod", "ReduceSumSquare": "sumsq", "ReduceL2": "l2", "ReduceL1": "l1",
+                   "ReduceLogSum": "logsum", "ReduceLogSumExp": "logsumexp"}
+EXACT = ("nsz", "arcp", "contract", "afn")   # LogSumExp tests for infinite maxima: no nnan/ninf
+F0_, F1_ = "np.float32(0.0)", "np.float32(1.0)"
+KINDS = {   # kind: (identity, update of s by v, result from m of n elements)
+    "sum": (F0_, "{s} + {v}", "{m}"),
+    "mean": (F0_, "{s} + {v}", "{m} / np.float32({n})"),
+    "max": (NEG_INF, "max({s}, {v})", "{m}"),
+    "min": (POS_INF, "min({s}, {v})", "{m}"),
+    "prod": (F1_, "{s} * {v}", "{m}"),
+    "sumsq": (F0_, "{s} + {v} * {v}", "{m}"),
+    "l2": (F0_, "{s} + {v} * {v}", "np.float32(math.sqrt({m}))"),
+    "l1": (F0_, "{s} + abs({v})", "{m}"),
+    "logsum": (F0_, "{s} + {v}", "np.float32(math.log({m}))"),
+}
+
+
+def _reduced_axes(wl: Workload, k: int, rank: int):
+    """The reduced axes of op k, normalized; None where they are unknown at lowering."""
     op = wl.ops[k]
-    shape = _x_shape(wl, k)
-    if shape is None or len(shape) == 0:
-        return None
-    rank = len(shape)
-    node = wl.nodes()[k]
     if op["op"] in ("Softmax", "LogSoftmax"):
         axis = int(op["attrs"].get("axis", -1 if op["attrs"].get("_opset", 13) >= 13 else 1)) % rank
         if op["attrs"].get("_opset", 13) >= 13 and axis != rank - 1:
             return None
-        axes = list(range(axis, rank))
-    elif op["op"] == "LayerNormalization":
-        axes = list(range(int(op["attrs"].get("axis", -1)) % rank, rank))
-    elif op["op"].startswith("Global"):
-        axes = list(range(2, rank))
-    else:
-        if len(op["in"]) > 1:
-            return None  # axes given as an input: values unknown at lowering
-        axes = _axes(node, rank, [None])
-        if not axes or axes != list(range(axes[0], axes[-1] + 1)):
+        return list(range(axis, rank))
+    if op["op"] == "LayerNormalization":
+        return list(range(int(op["attrs"].get("axis", -1)) % rank, rank))
+    if op["op"].startswith("Global"):
+        return list(range(2, rank))
+    consts = [None]
+    if len(op["in"]) > 1:   # axes given as an input (opset 18): known when stored by value
+        spec = wl.inputs[int(op["in"][1][1:])] if op["in"][1].startswith("i") else {}
+        if "value" not in spec:
             return None
-    a0, a1 = axes[0], axes[-1] + 1
-    rows, L, inner = math.prod(shape[:a0]), math.prod(shape[a0:a1]), math.prod(shape[a1:])
-    return k, rows, L, inner
+        consts = [None, np.asarray(spec["value"], np.int64)]
+    try:
+        return _axes(wl.nodes()[k], rank, consts)
+    except Exception:   # out-of-range axes: the reference path raises the clear error
+        return None
+
+
+def _groups(shape, axes):
+    """x's dims merged into runs of equal kind, size-1 dims dropped: [(size, reduced)]."""
+    groups = []
+    for d, n in enumerate(shape):
+        if n == 1:
+            continue
+        if groups and groups[-1][1] == (d in axes):
+            groups[-1] = (groups[-1][0] * n, d in axes)
+        else:
+            groups.append((n, d in axes))
+    return groups
+
+
+def _offsets(groups, strides) -> np.ndarray:
+    """Row-major offsets of every index of `groups` (the element offsets of their strides)."""
+    offs = np.zeros(1, np.int64)
+    for (n, _), st in zip(groups, strides):
+        offs = (offs[:, None] + np.arange(n, dtype=np.int64) * st).reshape(-1)
+    return offs
+
+
+def _plan(wl: Workload):
+    """How the reduction runs, or None: {k, kind, rows, L, inner} plus, for a reduction over
+    axes that are not one contiguous run, the offset tables `base` (of each output row) and
+    `off` (of each reduced row). inner > 1: the last dims are kept, and output rows of `inner`
+    contiguous elements accumulate the input rows at base[r] + off[l]. inner == 1: each output
+    element reduces J rows of L contiguous elements at base[r] + off[j] (J = 1, no tables, when
+    the reduced axes are the trailing run)."""
+    k = next((i for i, o in enumerate(wl.ops) if o["op"] in ROW_OPS or o["op"] in REDUCE_OPS
+              or o["op"] in MORE_REDUCE_OPS), None)
+    if k is None or k != len(wl.ops) - 1:
+        return None  # nothing after the reduction is fused here
+    op = wl.ops[k]
+    shape = _x_shape(wl, k)
+    if shape is None or len(shape) == 0 or 0 in shape:
+        return None
+    axes = _reduced_axes(wl, k, len(shape))
+    if not axes:
+        return None
+    kind = op["op"] if op["op"] in ROW_OPS else {**REDUCE_OPS, **MORE_REDUCE_OPS}[op["op"]]
+    plan = {"k": k, "kind": kind}
+    if axes == list(range(axes[0], axes[-1] + 1)):   # one run: [rows, L, inner], no tables
+        a0, a1 = axes[0], axes[-1] + 1
+        return {**plan, "rows": math.prod(shape[:a0]), "L": math.prod(shape[a0:a1]),
+                "inner": math.prod(shape[a1:]), "J": 1}
+    if k > 0 or op["op"] in ROW_OPS:
+        return None
+    groups = _groups(shape, axes)
+    strides = [math.prod(n for n, _ in groups[g + 1:]) for g in range(len(groups))]
+    kept = [g for g in range(len(groups)) if not groups[g][1]]
+    red = [g for g in range(len(groups)) if groups[g][1]]
+    pick = lambda gs: ([groups[g] for g in gs], [strides[g] for g in gs])  # noqa: E731
+    if not red or groups[-1][1]:   # the last run is reduced: rows of L contiguous elements
+        L = groups[-1][0] if red else 1
+        outer = red[:-1] if red else []
+        return {**plan, "rows": math.prod(groups[g][0] for g in kept), "L": L, "inner": 1,
+                "J": math.prod(groups[g][0] for g in outer), "base": _offsets(*pick(kept)),
+                "off": _offsets(*pick(outer))}
+    return {**plan, "rows": math.prod(groups[g][0] for g in kept[:-1]), "L": math.prod(groups[g][0] for g in red),
+            "inner": groups[-1][0], "J": 1, "base": _offsets(*pick(kept[:-1])), "off": _offsets(*pick(red))}
+
+
+def _anchor(wl: Workload):
+    """(index of the reduce op, rows, L, inner) for the classic form (Softmax, LogSoftmax,
+    LayerNorm, Reduce{Sum,Mean,Max,Min} over one contiguous run of axes), or None. The CUDA
+    family covers these."""
+    p = _plan(wl)
+    if p is None or "base" in p or wl.ops[p["k"]]["op"] in MORE_REDUCE_OPS:
+        return None
+    return p["k"], p["rows"], p["L"], p["inner"]
 
 
 def _x_shape(wl: Workload, k: int):
@@ -101,7 +185,8 @@ def _prologue_ok(wl: Workload, k: int) -> bool:
                 return False
     if k and wl.ops[k]["in"][0] != f"t{k - 1}":
         return False
-    return all(wl.inputs[int(r[1:])]["dtype"] == "float32" for r in wl.ops[k]["in"] if r.startswith("i"))
+    reads = wl.ops[k]["in"] if wl.ops[k]["op"] in ROW_OPS else wl.ops[k]["in"][:1]   # a Reduce's axes are int64
+    return all(wl.inputs[int(r[1:])]["dtype"] == "float32" for r in reads if r.startswith("i"))
 
 
 def _input_mode(shape, xshape, L: int):
@@ -127,17 +212,23 @@ def _row_inputs(wl: Workload, k: int) -> list[str]:
 
 class ReduceTemplate(Template):
     name = "reduce"
-    version = 3
+    version = 4
 
     def matches(self, wl: Workload) -> bool:
-        a = _anchor(wl)
-        if a is None or wl.output_dtype != "float32" or not _prologue_ok(wl, a[0]):
+        p = _plan(wl)
+        if p is None or wl.output_dtype != "float32" or not _prologue_ok(wl, p["k"]):
             return False
-        if a[3] > 1 and (a[0] > 0 or wl.ops[a[0]]["op"] in ROW_OPS):
+        if p["inner"] > 1 and (p["k"] > 0 or wl.ops[p["k"]]["op"] in ROW_OPS):
             return False
         return True
 
     def space(self, wl: Workload) -> ConfigSpace:
+        if _plan(wl)["inner"] > 1:   # output rows accumulate `unroll` input rows per pass
+            return ConfigSpace([
+                Knob("unroll", (1, 2, 4, 8)),
+                Knob("parallel", (True, False), code_shape=False),
+                Knob("RB", (1, 4, 16, 64), code_shape=False),
+            ])
         return ConfigSpace([
             Knob("lanes", LANES),
             Knob("cache", (True, False)),
@@ -146,23 +237,30 @@ class ReduceTemplate(Template):
         ])
 
     def default_config(self, wl: Workload, target=None) -> Config:
-        return self.space(wl).validate({"lanes": default_lanes(_anchor(wl)[2], target), "cache": True,
+        p = _plan(wl)
+        if p["inner"] > 1:
+            return self.space(wl).validate({"unroll": 4, "parallel": True, "RB": 4})
+        return self.space(wl).validate({"lanes": default_lanes(p["L"], target), "cache": True,
                                         "parallel": True, "RB": 4})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
-        k, rows, L, inner = _anchor(wl)
+        plan = _plan(wl)
+        k, rows, L, inner = plan["k"], plan["rows"], plan["L"], plan["inner"]
         op = wl.ops[k]
         xshape = _x_shape(wl, k)
         refs = _row_inputs(wl, k)
         modes = {r: _input_mode(wl.inputs[int(r[1:])]["shape"], xshape, L) for r in refs}
         params = {r: f"x{r[1:]}" for r in refs}
-        lanes, cache = cfg["lanes"], cfg["cache"]
-        kind = op["op"] if op["op"] in ROW_OPS else REDUCE_OPS[op["op"]]
+        kind = plan["kind"]
+        strided = "base" in plan
         if inner > 1:
-            fn = _middle(params[refs[0]], kind)
+            fn = _middle(params[refs[0]], kind, cfg["unroll"])
+            what = f"unroll={cfg['unroll']}"
         else:
-            fn = _rows(wl, k, refs, modes, params, kind, lanes, cache)
-        module = LoopModule((fn,), doc=f"reduce kernel: {'+'.join(o['op'] for o in wl.ops)} lanes={lanes} cache={cache}",
+            lanes, cache = cfg["lanes"], cfg["cache"]
+            fn = _rows(wl, k, refs, modes, params, kind, lanes, cache, strided)
+            what = f"lanes={lanes} cache={cache}" + (" strided" if strided else "")
+        module = LoopModule((fn,), doc=f"reduce kernel: {'+'.join(o['op'] for o in wl.ops)} {what}",
                             meta={"template": f"reduce v{self.version}"})
         ln = op["op"] == "LayerNormalization"
         eps = float(op["attrs"].get("epsilon", 1e-5))
@@ -185,7 +283,13 @@ class ReduceTemplate(Template):
         rb = cfg["RB"]
         out = Out((math.prod(wl.output_shape),))
         if inner > 1:
-            args = tuple(xs) + (out, Scalar(rows), Scalar(L), Scalar(inner), Scalar(rb))
+            tables["base"] = plan.get("base", np.arange(rows, dtype=np.int64) * (L * inner))
+            tables["off"] = plan.get("off", np.arange(L, dtype=np.int64) * inner)
+            args = tuple(xs) + (Table("base"), Table("off"), out, Scalar(rows), Scalar(L), Scalar(inner), Scalar(rb))
+        elif strided:   # rows of L contiguous elements at base[r] + off[j], j < J
+            tables["base"], tables["off"] = plan["base"], plan["off"]
+            args = tuple(xs) + (Table("base"), Table("off"), out, Scalar(rows), Scalar(L), Scalar(plan["J"]),
+                                Scalar(rb))
         else:
             # row r of a 'per' input starts at (r % per) * L: per = its size // L
             tables["per"] = np.asarray([a.shape[0] // L if a.shape[0] % L == 0 else 0 for a in xs[:len(refs)]],
@@ -221,14 +325,15 @@ def _load(ref, modes, params, slot):
     return f"{p}[{_u(f'pb{slot} + c')}]"   # periodic: pb = (r % (size // L)) * L, or c % size when size < L
 
 
-def _rows(wl, k, refs, modes, params, kind, lanes, cache) -> Function:
+def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False) -> Function:
     """One function; per row: the first reduction (max or sum) over the prologue's values, in
     `lanes` partial results; then the passes of the op, each a plain loop over the row (no
     loop-carried value: LLVM vectorizes it) or a lane-split reduction.
 
     Softmax: out = e^(v - m) (one exp per element, vectorized polynomial), the sum of out in
     lanes, out *= 1 / sum. LogSoftmax: likewise, then out = v - (m + ln sum). LayerNorm: mean,
-    variance of (v - mean) in lanes, out = (v - mean) * inv * scale + shift."""
+    variance of (v - mean) in lanes, out = (v - mean) * inv * scale + shift. Reduce*: one
+    lane-split pass (`KINDS`); `strided`: over J rows of L at base[r] + off[j] into the same lanes."""
     slots = {r: i for i, r in enumerate(refs)}
     loads = {r: _load(r, modes, params, slots[r]) for r in refs}
     cache = cache and k > 0   # without a prologue, x itself is the row
@@ -274,7 +379,7 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache) -> Function:
         wrongly: scalar loads and shuffles in the row loop, 1.6x slower)."""
         expr = "s0"
         for u in range(1, lanes):
-            expr = f"{fn}({expr}, s{u})" if fn else f"{expr} + s{u}"
+            expr = f"{fn}({expr}, s{u})" if fn not in ("", "*") else f"{expr} {fn or '+'} s{u}"
         return (Assign(into, f"({expr})"),)
 
     def out_at(u):
@@ -292,15 +397,27 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache) -> Function:
 
     F0 = "np.float32(0.0)"
     body = []
-    if kind in ("Softmax", "LogSoftmax", "max"):
+    if kind in ("Softmax", "LogSoftmax"):
         body += [*init(NEG_INF), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"max(s{u}, v{u})"),), value),
                  *combine("max", "m")]
-    elif kind == "min":
-        body += [*init(POS_INF), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"min(s{u}, v{u})"),), value),
-                 *combine("min", "m")]
-    else:  # sum, mean, LayerNormalization: a sum first
+    elif kind == "LayerNormalization":  # a sum first
         body += [*init(F0), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"v{u}", "+"),), value),
                  *combine("", "m")]
+    elif kind == "logsumexp":   # the max m, then log(sum e^(v - m')) + m', m' = 0 where m is infinite
+        passes = [lane_pass(lambda u: (Assign(f"s{u}", f"max(s{u}, v{u})"),), value),
+                  lane_pass(lambda u: (Assign(f"s{u}", f"s{u} + np.float32(math.exp(v{u} - mm))"),), value)]
+        if strided:
+            passes = [(For("j", "0", "J", (Assign("base", "rb + off[np.uint64(j)]"),) + tuple(p)),) for p in passes]
+        body += [*init(NEG_INF), *passes[0], *combine("max", "m"),
+                 Assign("mm", f"m if abs(m) < np.float32(np.inf) else {F0}"),
+                 *init(F0), *passes[1], *combine("", "s"), Assign("out[r]", "np.float32(math.log(s)) + mm")]
+    else:   # Reduce*: identity, update, fold (KINDS), over one row or J strided rows
+        ident, update, _ = KINDS[kind]
+        upd = lambda u: (Assign(f"s{u}", update.format(s=f"s{u}", v=f"v{u}")),)  # noqa: E731
+        passes = tuple(lane_pass(upd, value))
+        if strided:
+            passes = (For("j", "0", "J", (Assign("base", "rb + off[np.uint64(j)]"),) + passes),)
+        body += [*init(ident), *passes, *combine({"max": "max", "min": "min", "prod": "*"}.get(kind, ""), "m")]
     if kind in ("Softmax", "LogSoftmax"):
         # e^(v - m) = 2^(v log2(e) - m log2(e)): one FMA for the argument
         body += [Assign("ml", f"m * {f32(LOG2E)}"),
@@ -317,10 +434,8 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache) -> Function:
                  *combine("", "var"), Assign("var", "var / np.float32(L)"),
                  Assign("inv", "np.float32(1.0) / np.float32(math.sqrt(var + eps))"),
                  row_pass(read(0) + (Assign(out_at(0), "(v0 - mean) * inv * scale[np.uint64(c0)] + shift[np.uint64(c0)]"),))]
-    elif kind == "mean":
-        body += [Assign("out[r]", "m / np.float32(L)")]
-    else:
-        body += [Assign("out[r]", "m")]
+    elif kind in KINDS:
+        body += [Assign("out[r]", KINDS[kind][2].format(m="m", n="L * J" if strided else "L"))]
     per_row = tuple(Assign(f"pb{slots[r]}", f"(r % per[{slots[r]}]) * L")
                     for r in refs if modes[r] == "per")
     loop = (
@@ -328,40 +443,64 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache) -> Function:
     ) + ((Alloc("buf", ("L",)),) if cache else ()) + (
         For("blk", "t", "(rows + RB - 1) // RB", step="T", body=(
             For("r", "blk * RB", "min(rows, blk * RB + RB)",
-                (Assign("base", "r * L"),) + per_row + tuple(body)),
+                (Assign("rb", "base_of[np.uint64(r)]") if strided else Assign("base", "r * L"),) + per_row + tuple(body)),
         )),
     )
     params = tuple(Param(params[r], "float32[::1]") for r in refs)
     if kind == "LayerNormalization":
         params += (Param("scale", "float32[::1]"), Param("shift", "float32[::1]"))
+    if strided:
+        params += (Param("base_of", "int64[::1]"), Param("off", "int64[::1]"), Param("out", "float32[::1]"),
+                   Param("rows", "int64"), Param("L", "int64"), Param("J", "int64"), Param("RB", "int64"),
+                   Param("t", "int64"), Param("T", "int64"))
+        return Function("reduce", params, loop, **({"fastmath": EXACT} if kind == "logsumexp" else {}))
     params += (Param("out", "float32[::1]"), Param("rows", "int64"), Param("L", "int64"),
                Param("per", "int64[::1]"), Param("eps", "float64"), Param("RB", "int64"),
                Param("t", "int64"), Param("T", "int64"))
-    return Function("reduce", params, loop)
+    return Function("reduce", params, loop, **({"fastmath": EXACT} if kind == "logsumexp" else {}))
 
 
-def _middle(x: str, kind: str) -> Function:
-    """Reduce the middle axis of [rows, L, inner]: out[r, i] accumulates contiguous x rows."""
-    init = {"sum": "np.float32(0.0)", "mean": "np.float32(0.0)", "max": NEG_INF, "min": POS_INF}[kind]
-    upd = {"sum": "o + v", "mean": "o + v", "max": "max(o, v)", "min": "min(o, v)"}[kind]
-    body = (
+def _middle(x: str, kind: str, unroll: int) -> Function:
+    """Reduce the kept-last-dims form: output row r (inner contiguous elements) is the accumulator
+    of the input rows at base[r] + off[l], l < L, `unroll` of them per pass over the row (the
+    output row is loaded and stored once per pass; the inner loop, unsigned indices and no
+    loop-carried value, is what LLVM vectorizes)."""
+    ident, update, final = KINDS["max" if kind == "logsumexp" else kind]
+    u = _u
+
+    def rows_pass(n: int) -> tuple:
+        acc = "o"
+        for q in range(n):
+            acc = update.format(s=f"({acc})", v=f"{x}[{u(f'src{q} + i')}]")
+        return (For("i", "0", "inner", (Assign("o", f"out[{u('ob + i')}]"), Assign(f"out[{u('ob + i')}]", acc))),)
+
+    def sources(l: str, n: int) -> tuple:
+        return tuple(Assign(f"src{q}", f"b + off[{u(f'{l} + {q}')}]") for q in range(n))
+
+    post = final.format(m=f"out[{u('ob + i')}]", n="L")
+    lse = ()
+    if kind == "logsumexp":   # out holds the max: then acc = sum e^(x - m'), out = log(acc) + m'
+        o, a = f"out[{u('ob + i')}]", f"acc[{u('i')}]"
+        lse = (For("i", "0", "inner", (Assign(o, f"{o} if abs({o}) < np.float32(np.inf) else np.float32(0.0)"),
+                                       Assign(a, "np.float32(0.0)"))),
+               For("l", "0", "L", (Assign("src0", f"b + off[{u('l')}]"), For("i", "0", "inner", (
+                   Assign(a, f"{a} + np.float32(math.exp({x}[{u('src0 + i')}] - {o}))"),)))),
+               For("i", "0", "inner", (Assign(o, f"np.float32(math.log({a})) + {o}"),)))
+    body = ((Alloc("acc", ("inner",)),) if lse else ()) + (
+        Assign("nl", f"(L // {unroll}) * {unroll}"),
         For("blk", "t", "(rows + RB - 1) // RB", step="T", body=(
             For("r", "blk * RB", "min(rows, blk * RB + RB)", (
-                For("i", "0", "inner", (Assign("out[r * inner + i]", init),)),
-                For("l", "0", "L", (
-                    Assign("src", "(r * L + l) * inner"),
-                    For("i", "0", "inner", (
-                        Assign("o", "out[r * inner + i]"), Assign("v", f"{x}[src + i]"),
-                        Assign("out[r * inner + i]", upd),
-                    )),
-                )),
-            ) + ((For("i", "0", "inner", (Assign("out[r * inner + i]", "np.float32(1.0) / np.float32(L)", "*"),)),)
-                 if kind == "mean" else ())),
+                Assign("ob", "r * inner"), Assign("b", f"base[{u('r')}]"),
+                For("i", "0", "inner", (Assign(f"out[{u('ob + i')}]", ident),)),
+                For("l", "0", "nl", step=str(unroll), body=sources("l", unroll) + rows_pass(unroll)),
+            ) + ((For("l", "nl", "L", sources("l", 1) + rows_pass(1)),) if unroll > 1 else ()) + (
+                (For("i", "0", "inner", (Assign(f"out[{u('ob + i')}]", post),)),) if final != "{m}" else ()) + lse),
         )),
     )
-    params = (Param(x, "float32[::1]"), Param("out", "float32[::1]")) + tuple(
-        Param(n, "int64") for n in ("rows", "L", "inner", "RB", "t", "T"))
-    return Function("reduce", params, (Comment("output rows are the accumulators; the inner loop is contiguous"),) + body)
+    params = (Param(x, "float32[::1]"), Param("base", "int64[::1]"), Param("off", "int64[::1]"),
+              Param("out", "float32[::1]")) + tuple(Param(n, "int64") for n in ("rows", "L", "inner", "RB", "t", "T"))
+    return Function("reduce", params, (Comment("output rows are the accumulators; the inner loop is contiguous"),) + body,
+                    **({"fastmath": EXACT} if kind == "logsumexp" else {}))
 
 
 register_template(ReduceTemplate())

@@ -101,7 +101,7 @@ class CudaReduceTemplate(Template):
     kind = "cuda"
 
     def matches(self, wl: Workload) -> bool:
-        if not _CPU.matches(wl):
+        if not _CPU.matches(wl) or _anchor(wl) is None:   # the CPU-only forms: strided axes, Prod, L2...
             return False
         return not any(o["op"] in UNSUPPORTED_PROLOGUE for o in wl.ops)
 

@@ -41,9 +41,11 @@ REG_TILES = {
     # 128-bit vectors (SSE, NEON)
     (4, 16): ("2x8", "4x4", "4x8", "4x12", "6x8", "8x4", "4x16", "blas"),
 }
-# the untuned tile per vector shape (AVX-512 unmeasured). AVX2 keeps 4x16: 6x16 measured a
-# little faster in experiments/dense, but with it the recorded-table test of transfer learning
-# (tests/test_cost_model.py) needed more trials with transfer than without: not understood yet
+# the untuned tile per vector shape (AVX-512 unmeasured). AVX2: 4x16 (8 accumulators + 2 B + 4
+# broadcasts fit the 16 ymm registers however LLVM schedules them); 6x16 and 4x24 need LLVM to
+# keep one broadcast live at a time and, as generated now, it does not: they spill in the k loop
+# (experiments/dense/results.md). (With 6x16 the recorded-table transfer-learning test in
+# tests/test_cost_model.py once needed more trials with transfer than without: not understood.)
 DEFAULT_TILE = {(8, 16): "4x16", (8, 32): "8x24", (16, 32): "8x32", (4, 16): "4x8"}
 BLOCKS = (1, 2, 4, 8, 16, 32, 64)
 F0 = "np.float32(0.0)"

@@ -4,10 +4,12 @@ batch_matmul).
 The tile is MR*NR scalar locals `c{r}_{c}`, fully unrolled: per k, MR loads of A
 (`a{r}`), NR loads of B (`b{c}`) and MR*NR multiply-adds `c{r}_{c} += a{r} * b{c}`.
 LLVM's SLP pass turns exactly this pattern into vector FMAs along NR (FACTS.md);
-an array accumulator or a loop over the tile would stay scalar. After the k loops
-the accumulators are spilled into a small array `ct[r, c]` so that the store (with
-its bounds checks and fused epilogue) is a compact loop over the tile's rows
-instead of MR*NR unrolled copies.
+an array accumulator or a loop over the tile would stay scalar. Two ways to store:
+`register_tile` spills the accumulators into a small array `ct[r, c]` and stores from
+it in a compact loop over the tile's rows (conv2d; it stays scalar code);
+`register_tile_in_place` (dense, batch_matmul) stores a full tile straight from the
+accumulators at unsigned indices (vector moves), with a short epilogue applied in
+registers, and keeps the `ct` loop for tiles cut by the output's edges.
 
 What differs between templates is passed in: how one A and one B element is read
 at k (`a_load(r)`, `b_load(c)`: expressions), how the k loops wrap the body

@@ -4,10 +4,12 @@ batch_matmul).
 The tile is MR*NR scalar locals `c{r}_{c}`, fully unrolled: per k, MR loads of A
 (`a{r}`), NR loads of B (`b{c}`) and MR*NR multiply-adds `c{r}_{c} += a{r} * b{c}`.
 LLVM's SLP pass turns exactly this pattern into vector FMAs along NR (FACTS.md);
-an array accumulator or a loop over the tile would stay scalar. After the k loops
-the accumulators are spilled into a small array `ct[r, c]` so that the store (with
-its bounds checks and fused epilogue) is a compact loop over the tile's rows
-instead of MR*NR unrolled copies.
+an array accumulator or a loop over the tile would stay scalar. Two ways to store:
+`register_tile` spills the accumulators into a small array `ct[r, c]` and stores from
+it in a compact loop over the tile's rows (conv2d; it stays scalar code);
+`register_tile_in_place` (dense, batch_matmul) stores a full tile straight from the
+accumulators at unsigned indices (vector moves), with a short epilogue applied in
+registers, and keeps the `ct` loop for tiles cut by the output's edges.
 
 What differs between templates is passed in: how one A and one B element is read
 at k (`a_load(r)`, `b_load(c)`: expressions), how the k loops wrap the body
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from schedules.loopnest import Assign, Comment, For
+from schedules.loopnest import Assign, Comment, For, If
 
 F0 = "np.float32(0.0)"
 
@@ -50,18 +52,100 @@ def k_range(start: str, stop: str, var: str = "k") -> Callable[[tuple], tuple]:
     return lambda body: (For(var, start, stop, body),)
 
 
+def _accumulators(mr: int, nr: int) -> list:
+    return [[f"c{r}_{c}" for c in range(nr)] for r in range(mr)]
+
+
+def _k_body(mr: int, nr: int, a_load: Callable[[int], str], b_load: Callable[[int], str]) -> tuple:
+    acc = _accumulators(mr, nr)
+    return tuple(Assign(f"a{r}", a_load(r)) for r in range(mr)) \
+        + tuple(Assign(f"b{c}", b_load(c)) for c in range(nr)) \
+        + tuple(Assign(acc[r][c], f"a{r} * b{c}", "+") for r in range(mr) for c in range(nr))
+
+
 def register_tile(mr: int, nr: int, a_load: Callable[[int], str], b_load: Callable[[int], str],
                   k_loops: Callable[[tuple], tuple], store: tuple, comment: str | None = None,
                   tile: str = "ct") -> tuple:
     """Statements: zero the accumulators, accumulate over k, spill to `tile[r, c]`,
     then `for r in range(mr): store`. The caller allocates `tile` (MR x NR, once per
     function) and defines whatever `a_load`, `b_load` and `store` read."""
-    acc = [[f"c{r}_{c}" for c in range(nr)] for r in range(mr)]
-    k_body = tuple(Assign(f"a{r}", a_load(r)) for r in range(mr)) \
-        + tuple(Assign(f"b{c}", b_load(c)) for c in range(nr)) \
-        + tuple(Assign(acc[r][c], f"a{r} * b{c}", "+") for r in range(mr) for c in range(nr))
+    acc = _accumulators(mr, nr)
     return tuple(Assign(acc[r][c], F0) for r in range(mr) for c in range(nr)) \
         + ((Comment(comment),) if comment else ()) \
-        + tuple(k_loops(k_body)) \
+        + tuple(k_loops(_k_body(mr, nr, a_load, b_load))) \
         + tuple(Assign(f"{tile}[{r}, {c}]", acc[r][c]) for r in range(mr) for c in range(nr)) \
         + (For("r", "0", str(mr), tuple(store)),)
+
+
+def unsigned(index: str) -> str:
+    """`index` cast to uint64: numba indexes with it as it is, without the select that wraps
+    a negative index around (LLVM cannot prove most tile indices non-negative, and with
+    the selects neither strength-reduces the addressing nor sees that a row's elements are
+    contiguous, which SLP needs). Slicing a view per tile instead costs an NRT incref and
+    decref call each (~13 per 6x16 tile, measured 25 % of a K block of 256)."""
+    return f"np.uint64({index})"
+
+
+# epilogues up to this many flops per element (bias, scale, mask, residual, ReLU) are applied
+# to the accumulators, unrolled (MR x NR copies of the code); longer ones (GELU, erf: 8-10)
+# run as a loop over the stored tile, so compile time does not grow with them
+REGISTER_EPILOGUE_FLOPS = 4
+
+
+def register_epilogue(epi, mr: int, nr: int, row: Callable[[int], str], col0: str):
+    """finish(r, c) -> statements applying the fused epilogue `epi` to the accumulator
+    c{r}_{c} in place, or None when the epilogue is too long (REGISTER_EPILOGUE_FLOPS) or
+    reads a channel-indexed extra. `row(r)`: the output row of tile row r, as the extras
+    index it; `col0`: the tile's first column. Extras are read at unsigned indices, so
+    that those read along N are contiguous loads for SLP."""
+    from ir.ops import OPS
+    if not epi.steps or sum(OPS[op["op"]].flops_per_elem for op, _ in epi.steps) > REGISTER_EPILOGUE_FLOPS \
+            or any(e.mode == "chan" for e in epi.extras):
+        return None
+
+    def finish(r: int, c: int) -> tuple:
+        assigns, result = epi.emit(f"c{r}_{c}", unsigned(row(r)), unsigned(f"{col0} + {c}"), f"e{r}_{c}")
+        return tuple(Assign(n, x) for n, x in assigns) + (Assign(f"c{r}_{c}", result),)
+    return finish
+
+
+def register_tile_in_place(mr: int, nr: int, a_load: Callable[[int], str], b_load: Callable[[int], str],
+                           k_loops: Callable[[tuple], tuple], out: str, row0: str, col0: str,
+                           full: str | None = None, accumulate: str | None = None, edge_store: tuple = (),
+                           after: tuple = (), epilogue=None, finish_when: str | None = None,
+                           comment: str | None = None, tile: str = "ct") -> tuple:
+    """The register tile, stored straight from its accumulators where it lies wholly
+    inside the output.
+
+    The tile's corner is (`row0`, `col0`) of the 2-D array `out`. Where `full` holds (None:
+    every tile the caller runs is full) the accumulators are stored to `out` there, else to
+    the scratch tile `tile` (MR x NR, allocated by the caller, of out's type), through
+    `dst[di + r, dj + c]` at unsigned indices (`unsigned`): contiguous along c, so LLVM's
+    SLP pass turns each row into NR / lanes vector moves. (Storing the tile to the output
+    in a loop stays scalar: LLVM cannot tell the tile and the output apart, nor vectorize
+    the loop once it has unrolled it.)
+
+    Where `full` and `accumulate` hold (None: never) the accumulators start from the
+    output tile, else from 0. On a full tile, where `finish_when` holds (None: always),
+    `epilogue` (`register_epilogue`'s finish, or None) is applied to the accumulators
+    before the store, and `after` (e.g. a loop applying a long epilogue to the stored
+    tile) runs after it. A tile cut by the output's edges then runs
+    `for r in range(mr): edge_store` (which reads `tile` and writes what lies inside)."""
+    acc = _accumulators(mr, nr)
+    rows = range(mr)
+    at = (lambda r, c: f"{out}[{unsigned(f'{row0} + {r}')}, {unsigned(f'{col0} + {c}')}]")
+    zero = tuple(Assign(acc[r][c], F0) for r in rows for c in range(nr))
+    load = tuple(Assign(acc[r][c], at(r, c)) for r in rows for c in range(nr))
+    init = zero if accumulate is None else \
+        (If(accumulate if full is None else f"({full}) and ({accumulate})", load, zero),)
+    finish = ()
+    if epilogue is not None:
+        finish = tuple(a for r in rows for c in range(nr) for a in epilogue(r, c))
+        finish = (If(finish_when, finish),) if finish_when is not None else finish
+    store = finish + tuple(Assign(at(r, c), acc[r][c]) for r in rows for c in range(nr)) + tuple(after)
+    if full is not None:   # separate stores: one array for both (a phi of out and the tile) made LLVM spill in the k loop
+        spill = tuple(Assign(f"{tile}[{r}, {c}]", acc[r][c]) for r in rows for c in range(nr)) \
+            + (For("r", "0", str(mr), tuple(edge_store)),)
+        store = (If(full, store, spill),)
+    return init + ((Comment(comment),) if comment else ()) \
+        + tuple(k_loops(_k_body(mr, nr, a_load, b_load))) + store

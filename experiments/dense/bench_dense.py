@@ -6,7 +6,9 @@ loop order) and a few run-time block settings: a brute-force stand-in for the tu
 so the table shows what the space contains. The best config and NumPy are then timed
 again in alternating rounds (medians), so load from other processes hits both alike.
 
-Run: python experiments/dense/bench_dense.py [--quick]   (writes results.md and dense.png here)
+Run: python experiments/dense/bench_dense.py [--quick | --defaults]   (writes results.md and dense.png here)
+--defaults: no sweep; the template's default config (what an untuned model runs) against NumPy,
+for the dense shapes and the attention batched matmuls (12 heads of BERT-base / ViT-B).
 """
 import os
 
@@ -35,6 +37,9 @@ SHAPES = [(1024, 1024, 1024), (128, 768, 768), (128, 768, 3072), (128, 3072, 768
 BLOCKS = [(4, 4, 256), (8, 8, 512), (16, 4, 256), (2, 16, 1024)]
 ORDERS = ("ij", "ji")
 QUICK = "--quick" in sys.argv
+DEFAULTS = "--defaults" in sys.argv
+# attention, batch 1, 12 heads: scores (s x d) @ (d x s) / sqrt(d) + mask, context (s x s) @ (s x d)
+ATTENTION = [(12, 128, 64, 128), (12, 128, 128, 64), (12, 197, 64, 197), (12, 197, 197, 64)]
 
 
 def median_time(fn, min_s=0.2, repeat=7, clock=time.perf_counter):
@@ -115,7 +120,83 @@ def side_by_side(fns, rounds=7, min_s=0.05, clock=time.perf_counter):
     return [float(np.median(ts)) for ts in times]
 
 
+def attention_workload(h, m, k, n):
+    """q[1, h, m, k] @ kt[1, h, k, n], with `/ scale + mask[1, 1, 1, n]` when it is the scores
+    matmul (m == n)."""
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s0"])]
+    ins = [helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, h, m, k]),
+           helper.make_tensor_value_info("kt", TensorProto.FLOAT, [1, h, k, n])]
+    inits, out = [], "s0"
+    if m == n:
+        inits.append(numpy_helper.from_array(np.array(8.0, np.float32), "scale"))
+        ins.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 1, 1, n]))
+        nodes += [helper.make_node("Div", ["s0", "scale"], ["s1"]), helper.make_node("Add", ["s1", "mask"], ["s2"])]
+        out = "s2"
+    g = helper.make_graph(nodes, "a", ins, [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, h, m, n])], inits)
+    graph = simplify(import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])))
+    [sg] = partition(graph)
+    return make_workload(graph, sg, {})
+
+
+def defaults_main():
+    """Default configs vs NumPy, side by side: dense shapes and attention batched matmuls."""
+    from ir.settings import Settings, use
+    bmm = get_template("batch_matmul")
+    blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    rows = []
+    for threads in (1, 2):
+        use(Settings.from_env().with_(threads=threads))
+        cases = [("dense", f"{m}x{k}x{n}", workload(m, k, n), 2 * m * k * n) for m, k, n in SHAPES] \
+            + [("batch_matmul", f"{h}x({m}x{k} @ {k}x{n})", attention_workload(h, m, k, n), 2 * h * m * k * n)
+               for h, m, k, n in ATTENTION]
+        for family, name, wl, fl in cases:
+            template = DENSE if family == "dense" else bmm
+            arrays = wl.random_inputs(0)
+            consts = [a if s["const"] else None for a, s in zip(arrays, wl.inputs)]
+            cfg = template.default_config(wl)
+            run = compile_kernel(template, wl, cfg).bind(consts)
+            out = np.empty(wl.output_shape, np.float32)
+            ref = wl.reference(arrays)
+            run(arrays, out)
+            assert np.allclose(out, ref, rtol=1e-3, atol=1e-3), name
+            if family == "dense":
+                x, w = arrays[:2]
+                numpy_fn = (lambda x=x, w=w: x @ w)
+            elif len(arrays) > 2:
+                q, kt, scale, mask = arrays
+                numpy_fn = (lambda q=q, kt=kt, scale=scale, mask=mask: np.matmul(q, kt) / scale + mask)
+            else:
+                q, kt = arrays
+                numpy_fn = (lambda q=q, kt=kt: np.matmul(q, kt))
+            gen = (lambda run=run, out=out: run(arrays, out))
+            with threadpool_limits(threads, user_api="blas"):
+                t_np, t_gen = side_by_side([numpy_fn, gen], rounds=9)
+                cpu = side_by_side([numpy_fn, gen], rounds=9, clock=time.thread_time) if threads == 1 else None
+            rows.append((name, threads, fl / t_np / 1e9, fl / t_gen / 1e9, t_np / t_gen,
+                         f"{cpu[0] / cpu[1]:.2f}x" if cpu else "-", cfg_text(cfg)))
+            print(rows[-1], flush=True)
+    t = host_target()
+    lines = ["# Default configs vs NumPy/OpenBLAS (what an untuned model runs)", "",
+             f"Machine: {t.cpu} ({t.cpu_name}, {t.cores} cores, {t.features}; kernels built for "
+             f"{t.vector_bits}-bit vectors, {t.vector_registers} vector registers); numba {t.numba}; NumPy "
+             f"{np.__version__} with " + ", ".join(f"{b.get('internal_api')} {b.get('version')} ({b.get('architecture')})"
+                                                     for b in blas) + ".",
+             "NumPy: `x @ w`; attention: `np.matmul(q, kt) / scale + mask` (scores) or `np.matmul` (context). "
+             "Timed side by side in 9 alternating rounds, medians; CPU-time ratio: the calling thread's CPU "
+             "time (1 thread only).", "",
+             "| shape | threads | NumPy GFLOP/s | generated GFLOP/s | ratio | CPU-time ratio | default config |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r[0]} | {r[1]} | {r[2]:.1f} | {r[3]:.1f} | **{r[4]:.2f}x** | {r[5]} | {r[6]} |" for r in rows]
+    (HERE / "defaults.md").write_text("\n".join(lines) + "\n")
+
+
+def cfg_text(cfg) -> str:
+    return " ".join(f"{k}={v}" for k, v in cfg.to_json().items())
+
+
 def main():
+    if DEFAULTS:
+        return defaults_main()
     from ir.settings import Settings, use
     use(Settings.from_env().with_(threads=2))
     tiles = [t for t in get_template("dense").space(workload(8, 8, 8)).knobs[0].options if t != "blas"]

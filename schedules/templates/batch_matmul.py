@@ -15,8 +15,8 @@ import numpy as np
 from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Call, In, Launch, Out, Scalar, Table
-from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param
-from schedules.microkernel import F0, k_range, pick_tiles, register_tile, vector_shape
+from schedules.loopnest import Assign, For, Function, If, LoopModule, Param
+from schedules.microkernel import F0, k_range, pick_tiles, register_epilogue, register_tile_in_place, vector_shape
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
@@ -105,9 +105,14 @@ def _store(epi: Epilogue, value: str) -> tuple:
 
 
 def _kernel(mr: int, nr: int, epi: Epilogue) -> Function:
-    store = (Assign("i", "i0 + r"), For("q", "0", str(nr), (Assign("j", "j0 + q"),) + _store(epi, "ct[r, q]")))
-    tile = (Assign("j0", f"jt * {nr}"),) + register_tile(
-        mr, nr, lambda r: f"Ab[i0 + {r}, k]", lambda q: f"Bb[k, j0 + {q}]", k_range("0", "K"), store,
+    # the tile goes to out from registers (vector stores); a short epilogue is applied to the
+    # accumulators before, a long one runs over the stored tile after
+    in_registers = register_epilogue(epi, mr, nr, lambda r: f"bt * M + i0 + {r}", "j0")
+    after = (For("r", "0", str(mr), (Assign("i", "i0 + r"), For("q", "0", str(nr), (
+        Assign("j", "j0 + q"),) + _store(epi, "out[bt * M + i, j]")))),) if epi.steps and not in_registers else ()
+    tile = (Assign("j0", f"jt * {nr}"),) + register_tile_in_place(
+        mr, nr, lambda r: f"Ab[i0 + {r}, k]", lambda q: f"Bb[k, j0 + {q}]", k_range("0", "K"),
+        "out", "bt * M + i0", "j0", after=after, epilogue=in_registers,
         comment=f"{mr}x{nr} register tile (rows x columns), SLP-vectorized along the contiguous B rows")
     scalar = (
         Assign("s", F0),
@@ -116,7 +121,6 @@ def _kernel(mr: int, nr: int, epi: Epilogue) -> Function:
     body = (
         Assign("n_it", f"(M + {mr - 1}) // {mr}"), Assign("n_ib", "(n_it + MB - 1) // MB"),
         Assign("n_full_j", f"N // {nr}"),
-        Alloc("ct", (str(mr), str(nr))),
         For("item", "t", "nb * n_ib", step="T", body=(
             Assign("bt", "item // n_ib"), Assign("blk", "item % n_ib"),
             Assign("Ab", "A[ia[bt]]"), Assign("Bb", "B[ib[bt]]"),

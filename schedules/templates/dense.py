@@ -1,11 +1,12 @@
 """Dense: C[M, N] = A[..., M, K] @ B[K, N] with a fused elementwise epilogue.
 
-The schedule that reaches the FMA peak with numba (FACTS.md): A and B packed
-into panels (`Ap[it, k, 0:MR]`, `Bp[jt, k, 0:NR]`), an MR x NR register tile of
-scalar locals (SLP-vectorized), cache blocking of the tile loops and of K, and
-a parallel loop over blocks. The register tile, loop order and parallelism
-change the code; block sizes are run-time arguments, so candidates that differ
-only in them share one compile. Constant B is packed once, at prepare time.
+The schedule that reaches the FMA peak with numba (FACTS.md): B packed into
+NR-column panels (`Bp[jt, k, 0:NR]`; a constant B once, at prepare time), A read
+in place by MR rows, an MR x NR register tile of scalar locals (SLP-vectorized)
+stored straight from registers, cache blocking of the tile loops and of K, and a
+parallel loop over blocks: one parallel call per dense op. The register tile,
+loop order and parallelism change the code; block sizes are run-time arguments,
+so candidates that differ only in them share one compile.
 
 The register tiles offered depend on the target the kernel is built for: its float
 lanes per vector and vector registers (`vector_bits`, `vector_registers` of the cpu
@@ -18,7 +19,7 @@ from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Buffer, Call, In, Launch, Library, Out, Packed, Scalar, Work
 from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param
-from schedules.microkernel import k_range, pick_tiles, register_tile, vector_shape
+from schedules.microkernel import pick_tiles, register_epilogue, register_tile_in_place, unsigned, vector_shape
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob, split_options
 from schedules.template import Lowered, Template
@@ -40,9 +41,11 @@ REG_TILES = {
     # 128-bit vectors (SSE, NEON)
     (4, 16): ("2x8", "4x4", "4x8", "4x12", "6x8", "8x4", "4x16", "blas"),
 }
-# the untuned tile per vector shape (AVX-512 unmeasured). AVX2 keeps 4x16: 6x16 measured a
-# little faster in experiments/dense, but with it the recorded-table test of transfer learning
-# (tests/test_cost_model.py) needed more trials with transfer than without: not understood yet
+# the untuned tile per vector shape (AVX-512 unmeasured). AVX2: 4x16 (8 accumulators + 2 B + 4
+# broadcasts fit the 16 ymm registers however LLVM schedules them); 6x16 and 4x24 need LLVM to
+# keep one broadcast live at a time and, as generated now, it does not: they spill in the k loop
+# (experiments/dense/results.md). (With 6x16 the recorded-table transfer-learning test in
+# tests/test_cost_model.py once needed more trials with transfer than without: not understood.)
 DEFAULT_TILE = {(8, 16): "4x16", (8, 32): "8x24", (16, 32): "8x32", (4, 16): "4x8"}
 BLOCKS = (1, 2, 4, 8, 16, 32, 64)
 F0 = "np.float32(0.0)"
@@ -84,9 +87,13 @@ class DenseTemplate(Template):
         space = self.space(wl, target)
         kb = min(space.knobs[5].options, key=lambda v: abs(v - 256))
         # threads pay off only when each gets real work (~1 ms of it): waking one costs ~20 us
-        return space.validate({"regtile": pick_tiles(DEFAULT_TILE, *vector_shape(target)), "order": "ij",
+        # BLIS's order: a B micro-panel (KB x NR, 16 KB at KB = 256) stays in L1 across up to
+        # 32 row tiles of A (~100-200 KB: L2) before the next column tile; with M <= ~200
+        # (transformer layers) one block holds all of A's rows, so B streams through once
+        # (ij with MB = 4 re-read B 5x for M = 128: 0.55-0.6x NumPy at 128x3072x768, ji 0.95x)
+        return space.validate({"regtile": pick_tiles(DEFAULT_TILE, *vector_shape(target)), "order": "ji",
                                "parallel": wl.flops() >= 50_000_000,
-                               "MB": 4, "NB": 4, "KB": kb})
+                               "MB": 32, "NB": 4, "KB": kb})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         a, b = _problem(wl)
@@ -97,7 +104,7 @@ class DenseTemplate(Template):
         if cfg["regtile"] == "blas":
             return self._lower_blas(cfg, epi, extras, M, K, N)
         mr, nr = (int(x) for x in cfg["regtile"].split("x"))
-        module = LoopModule((_pack_a(mr), _pack_b(nr), _blocks(mr, nr, cfg["order"], epi)),
+        module = LoopModule((_pack_b(nr), _blocks(mr, nr, cfg["order"], epi)),
                             doc=f"dense kernel: regtile={mr}x{nr} order={cfg['order']}, epilogue {[st[0]['op'] for st in epi.steps]}",
                             meta={"template": f"dense v{self.version}"})
         MB, NB, KB = cfg["MB"], cfg["NB"], cfg["KB"]
@@ -106,16 +113,14 @@ class DenseTemplate(Template):
         bp = Buffer("Bp", (n_nt, K, nr))
         pack_b = Call("pack_b", (In(1, (K, N), "float32"), Packed("Bp") if b["const"] else Work("Bp"),
                                  Scalar(K), Scalar(N)), items=n_nt, parallel=par)
-        work = (Buffer("Ap", (n_mt, K, mr)),)
-        steps = (
-            Call("pack_a", (In(0, (M, K), "float32"), Work("Ap"), Scalar(M), Scalar(K)), items=n_mt, parallel=par),
-            Call("blocks", (Work("Ap"), pack_b.args[1], *extras, Out((M, N)),
-                            *(Scalar(v) for v in (M, N, K, MB, NB, KB))),
-                 items=-(-n_mt // MB) * -(-n_nt // NB), parallel=par),
-        )
+        # one parallel call per dense op: A is read in place (see _a_rows), so there is no
+        # packing pass to wait for (a second dispatch to the threads costs tens of us)
+        blocks = Call("blocks", (In(0, (M, K), "float32"), pack_b.args[1], *extras, Out((M, N)),
+                                 *(Scalar(v) for v in (M, N, K, MB, NB, KB))),
+                      items=-(-n_mt // MB) * -(-n_nt // NB), parallel=par)
         if b["const"]:   # packed once, at prepare: shared by every shape of the signature
-            return Lowered(module, Launch(steps, prepare=(pack_b,), packed=(bp,), workspaces=work))
-        return Lowered(module, Launch((pack_b,) + steps, workspaces=(bp,) + work))
+            return Lowered(module, Launch((blocks,), prepare=(pack_b,), packed=(bp,)))
+        return Lowered(module, Launch((pack_b, blocks), workspaces=(bp,)))
 
     def _lower_blas(self, cfg: Config, epi: Epilogue, extras: tuple, M: int, K: int, N: int) -> Lowered:
         fns = (_epilogue_rows(epi),) if epi.steps else ()
@@ -147,23 +152,6 @@ def _epilogue_rows(epi: Epilogue) -> Function:
     return Function("epilogue", params, body)
 
 
-def _pack_a(mr: int) -> Function:
-    """Pack A into MR-row panels; thread t of T packs panels t, t+T, ..."""
-    body = (
-        Assign("n_mt", f"(M + {mr - 1}) // {mr}"),
-        For("it", "t", "n_mt", step="T", body=(
-            For("r", "0", str(mr), body=(
-                Assign("i", f"it * {mr} + r"),
-                If("i < M",
-                   (For("k", "0", "K", (Assign("Ap[it, k, r]", "A[i, k]"),)),),
-                   (For("k", "0", "K", (Assign("Ap[it, k, r]", F0),)),)),
-            )),
-        )),
-    )
-    return Function("pack_a", (Param("A", "float32[:, ::1]"), Param("Ap", "float32[:, :, ::1]"),
-                               Param("M", "int64"), Param("K", "int64"), Param("t", "int64"), Param("T", "int64")), body)
-
-
 def _pack_b(nr: int) -> Function:
     """Pack B into NR-column panels; thread t of T packs panels t, t+T, ..."""
     body = (
@@ -182,38 +170,62 @@ def _pack_b(nr: int) -> Function:
 
 
 def _micro_kernel(mr: int, nr: int, epi: Epilogue) -> tuple:
-    """Register tile over one K block, then a compact (not unrolled) store loop: partial
-    sums of earlier K blocks are accumulated in `out` itself (no M x N scratch buffer to
-    pull through the caches), the epilogue runs on the last K block."""
+    """Register tile over one K block. Partial sums of earlier K blocks are accumulated in
+    `out` itself (no M x N scratch buffer to pull through the caches): a full tile loads
+    them into its accumulators and stores them back from registers (vector moves); a tile
+    cut by M or N stores into `ct` and adds that to `out` in a scalar loop. On the last K
+    block a short epilogue is applied to the accumulators before the store
+    (`register_epilogue`), a long one in a loop over the stored tile after it."""
     assigns, result = epi.emit("v", "i", "j", "e")
-    store = (
+    epilogue = tuple(Assign(n, e) for n, e in assigns) + (Assign("out[i, j]", result),)
+    edge = (
         Assign("i", "i0 + r"),
         If("i < M", (
             For("c", "0", f"min({nr}, N - j0)", (
                 Assign("j", "j0 + c"),
                 Assign("v", "ct[r, c]"),
                 If("kb > 0", (Assign("v", "out[i, j]", "+"),)),
-                If("kb < n_kb - 1", (Assign("out[i, j]", "v"),),
-                   tuple(Assign(n, e) for n, e in assigns) + (Assign("out[i, j]", result),)),
+                If("kb < n_kb - 1", (Assign("out[i, j]", "v"),), epilogue),
             )),
         )),
     )
-    return (Assign("i0", f"it * {mr}"), Assign("j0", f"jt * {nr}")) + register_tile(
-        mr, nr, lambda r: f"Ap[it, k, {r}]", lambda c: f"Bp[jt, k, {c}]", k_range("k0", "k1"), store,
-        comment=f"{mr}x{nr} register tile: scalar accumulators that LLVM's SLP pass vectorizes")
+    in_registers = register_epilogue(epi, mr, nr, lambda r: f"i0 + {r}", "j0")
+    after = (If("kb == n_kb - 1", (For("r", "0", str(mr), (Assign("i", "i0 + r"), For("c", "0", str(nr), (
+        Assign("j", "j0 + c"), Assign("v", "out[i, j]")) + epilogue))),)),) if epi.steps and not in_registers else ()
+    return (Assign("i0", f"it * {mr}"), Assign("j0", f"jt * {nr}")) + register_tile_in_place(
+        mr, nr, lambda r: f"A[ar{r}, ku]", lambda c: f"Bp[jtu, ku, {c}]", _k_block_loop(mr),
+        "out", "i0", "j0", full=f"i0 + {mr} <= M and j0 + {nr} <= N", accumulate="kb > 0",
+        edge_store=edge, after=after, epilogue=in_registers, finish_when="kb == n_kb - 1", comment=f"{mr}x{nr} register tile: scalar accumulators that LLVM's SLP pass vectorizes")
+
+
+def _k_block_loop(mr: int):
+    """The k loop over one K block, indexing at unsigned indices (`unsigned`): MR rows of A,
+    read in place (a tile's rows past M read row M - 1 again; those results are never
+    stored), and the B micro-panel. LLVM then strength-reduces the addressing to pointer
+    bumps (and unrolls by 2); indexing `Ap[it, k, r]` with k from k0 kept ~13 integer ops
+    (two imuls, numba's wraparound selects) per k beside the 12 FMAs of a 6x16 tile.
+    Packing A into MR-row panels first (as BLIS does) measured no faster here (A's rows
+    are MR sequential streams, broadcast-loaded) and cost a pass over A and a second
+    parallel call."""
+    def loops(body: tuple) -> tuple:
+        return tuple(Assign(f"ar{r}", unsigned(f"min(i0 + {r}, M - 1)")) for r in range(mr)) \
+            + (Assign("jtu", unsigned("jt")), For("k", "k0", "k1", (Assign("ku", unsigned("k")),) + body))
+    return loops
 
 
 def _blocks(mr: int, nr: int, order: str, epi: Epilogue) -> Function:
-    """Blocks t, t+T, ... of (ib, jb) tiles (a block: MB row tiles x NB column tiles), each
-    over all K blocks, so the block's output stays in cache between its K blocks (with K
+    """Blocks t, t+T, ... of (ib, jb) tiles (a block: up to MB row tiles x NB column tiles,
+    the tiles split evenly between the blocks: with M = 197 and MB x MR = 192 rows, two
+    blocks of 17 and 16 row tiles, not 32 and 1, which in order "ji" gave one thread all
+    the big blocks), each over all K blocks, so the block's output stays in cache between its K blocks (with K
     blocks outermost, every K block pulls all of C through the caches again: tried, slower).
     Order "ij": blocks row-major, row tiles outside column tiles (an A micro-panel in L1
     across NB B micro-panels); "ji": blocks column-major, column tiles outside (a B
     micro-panel in L1 across MB A micro-panels, consecutive blocks share a B column block).
     Serial code with nogil: threads run copies of it (numba's parallel=True would compile
     it ~3x slower)."""
-    tiles_i = ("it", "ib * MB", "min(n_mt, ib * MB + MB)")
-    tiles_j = ("jt", "jb * NB", "min(n_nt, jb * NB + NB)")
+    tiles_i = ("it", "ib * n_mt // n_ib", "(ib + 1) * n_mt // n_ib")
+    tiles_j = ("jt", "jb * n_nt // n_jb", "(jb + 1) * n_nt // n_jb")
     outer, inner = (tiles_i, tiles_j) if order == "ij" else (tiles_j, tiles_i)
     split = (Assign("ib", "blk // n_jb"), Assign("jb", "blk % n_jb")) if order == "ij" \
         else (Assign("jb", "blk // n_ib"), Assign("ib", "blk % n_ib"))
@@ -236,7 +248,7 @@ def _counts(mr: int, nr: int) -> tuple:
 
 
 def _params(epi: Epilogue) -> tuple:
-    return (Param("Ap", "float32[:, :, ::1]"), Param("Bp", "float32[:, :, ::1]")) \
+    return (Param("A", "float32[:, ::1]"), Param("Bp", "float32[:, :, ::1]")) \
         + tuple(Param(n, t) for n, t in epi.params()) \
         + (Param("out", "float32[:, ::1]"),) \
         + tuple(Param(n, "int64") for n in ("M", "N", "K", "MB", "NB", "KB"))

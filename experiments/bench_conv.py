@@ -59,15 +59,16 @@ CODE = [dict(algo="direct", vec="px", regtile="4x16"), dict(algo="direct", vec="
         dict(algo="direct", vec="oc", regtile="4x16"),
         dict(algo="blocked", vec="oc", regtile="6x16"), dict(algo="blocked", vec="oc", regtile="4x24"),
         dict(algo="blocked", vec="oc", regtile="4x16"), dict(algo="blocked", vec="oc", regtile="6x16", order="px_oc")]
-DW_CODE = [dict(algo="depthwise", regtile=t) for t in ("4x8", "2x16", "4x16", "2x32")]
+DW_CODE = [dict(algo="dw_blocked", regtile=t) for t in ("4x8", "8x8")] \
+    + [dict(algo="depthwise", regtile=t, PB=1) for t in ("4x8", "2x16", "4x16", "2x32")]
 RUNTIME = [dict(OCB=o, PB=p) for o in (1, 4) for p in (1, 4)]
-DW_RUNTIME = [dict(parallel=True), dict(parallel=False)]
+DW_RUNTIME = [dict(parallel=True), dict(parallel=False), dict(parallel=True, PB=4), dict(parallel=False, PB=4)]
 
 
 def candidates(conv, wl, quick=False) -> list:
     """The configs swept for `wl`: the default first, then code shapes x blocks (parallel on)."""
     space, default = conv.space(wl), conv.default_config(wl)
-    dw = space.knobs[0].options == ("depthwise",)
+    dw = "depthwise" in space.knobs[0].options
     code, rt = (DW_CODE, DW_RUNTIME) if dw else (CODE, RUNTIME)
     if quick:
         code, rt = code[:2], rt[:2]
@@ -75,7 +76,7 @@ def candidates(conv, wl, quick=False) -> list:
     for c in code:
         for r in rt:
             cfg = space.validate({**default.to_json(), "order": "oc_px", "parallel": True, **c, **r} if not dw
-                                 else {**default.to_json(), **c, **r})
+                                 else {**default.to_json(), **r, **c})
             if cfg not in out:
                 out.append(cfg)
     assert len(out) <= 64
@@ -248,6 +249,8 @@ def _short(cfg) -> str:
     j = cfg.to_json()
     if j["algo"] == "depthwise":
         return f"dw {j['regtile']}{'' if j['parallel'] else ' serial'}"
+    if j["algo"] == "dw_blocked":
+        return f"dwb {j['regtile']} PB{j['PB']}{'' if j['parallel'] else ' serial'}"
     order = " px_oc" if j["order"] == "px_oc" else ""
     return f"{j['algo']} {j['vec']} {j['regtile']}{order} OCB={j['OCB']} PB={j['PB']}{'' if j['parallel'] else ' serial'}"
 

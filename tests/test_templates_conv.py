@@ -109,7 +109,7 @@ def test_random_shapes_and_configs_match_numpy(compiled, data, geo, n, cg, group
     code = data.draw(st.sampled_from(dw_shapes if depthwise else shapes))
     if code["algo"] == "depthwise":
         runtime["PB"] = 1   # one plane per work item
-    check(CONV, wl, config(wl, **code, **runtime))
+    check(CONV, wl, config(wl, **{**code, **runtime}))
 
 
 def test_blocked_layout_pads_channel_blocks_and_groups(compiled):

@@ -22,8 +22,11 @@ Algorithms (`algo`):
   blocks by the pad step and a pixels x channels tile over the flattened plane with the
   block's channels innermost (`conv2d_blocked`); the default for spatial convs of many
   channels;
-- `depthwise` (only for convs with one input channel per group): its own schedule, a
-  rows x pixels tile per output channel, vectors along the pixels, weights as scalars.
+- `dw_blocked` (only for convs with one input channel per group, the default there): a
+  pixels x 8 channels tile over the input regrouped into 8-channel blocks, vectors along the
+  channels (`conv2d_depthwise`);
+- `depthwise` (the same convs): a rows x pixels tile per output channel, vectors along the
+  pixels, weights as scalars.
 
 Strided convs read a *phase-split* copy of the input: the pad step writes
 `Xp[n, c, ih, phase, j]` = x[n, c, ih - PT, j * SW + phase - PL], so the pixels one
@@ -86,7 +89,7 @@ def _tile_dims(regtile: str) -> tuple[int, int]:
 
 class Conv2dTemplate(Template):
     name = "conv2d"
-    version = 3   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`
+    version = 4   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`; v4: `dw_blocked`
 
     def matches(self, wl: Workload) -> bool:
         if not wl.ops or wl.ops[0]["op"] != "Conv" or wl.ops[0]["in"][:2] != ["i0", "i1"]:
@@ -131,9 +134,12 @@ class Conv2dTemplate(Template):
         oh = int(wl.output_shape[2])
         par = wl.flops() >= THREAD_WAKE_FLOPS
         if _is_depthwise(wl):
-            sw = _geometry(wl)["SW"]
-            tile = "4x8" if ow <= 8 else "4x16" if ow <= 16 else "2x32" if sw > 1 and ow >= 32 else "2x16"
-            return self.space(wl).validate({"algo": "depthwise", "regtile": tile, "parallel": par, "PB": 1})
+            # vectors along 8-channel blocks beat vectors along a plane's pixels on 13 of the 14
+            # MobileNetV2/V3 depthwise layers (0.9-2.7x, experiments/bench_conv.md); 8 pixels a
+            # tile, or 4 where 4 leave fewer pixels to the (scalar-stored) partial tile of a row
+            full = {tp: ow // tp * tp for tp in (8, 4)}
+            tile = "8x8" if full[8] >= full[4] else "4x8"
+            return self.space(wl).validate({"algo": "dw_blocked", "regtile": tile, "parallel": par, "PB": 1})
         geo = _geometry(wl)
         P = oh * ow
         base = {"order": "oc_px", "parallel": par, "OCB": 1, "PB": 4}

@@ -135,10 +135,9 @@ class Conv2dTemplate(Template):
         par = wl.flops() >= THREAD_WAKE_FLOPS
         if _is_depthwise(wl):
             # vectors along 8-channel blocks beat vectors along a plane's pixels on 13 of the 14
-            # MobileNetV2/V3 depthwise layers (0.9-2.7x, experiments/bench_conv.md); 8 pixels a
-            # tile, or 4 where 4 leave fewer pixels to the (scalar-stored) partial tile of a row
-            full = {tp: ow // tp * tp for tp in (8, 4)}
-            tile = "8x8" if full[8] >= full[4] else "4x8"
+            # MobileNetV2/V3 depthwise layers (1.0-3.1x, experiments/bench_conv.md); 8 pixels a
+            # tile where a row holds 8 (its last tile overlaps), else 4
+            tile = "8x8" if ow >= 8 else "4x8"
             return self.space(wl).validate({"algo": "dw_blocked", "regtile": tile, "parallel": par, "PB": 1})
         geo = _geometry(wl)
         P = oh * ow

@@ -8,7 +8,9 @@ phase-split planes, `Xc[n, cbk, ((ih * S + phase) * WQ + j) * 8 + ci]`, and the 
 packed at prepare as `Wp[m, cbk, (kh * KW + kw) * 8 + ci]` (m: the channel multiplier). The
 register tile is TP consecutive output pixels of a row x the block's 8 channels: per tap one
 weight vector and TP input vectors feed TP FMAs; the kh/kw loops have constant trip counts, so
-LLVM unrolls them. Pixels past the row read the last pixel's window and are not stored. The
+LLVM unrolls them. Pixels past the row read the last pixel's window and are not stored; without
+residual-like extras the row's last tile ends at the row's end instead (overlapping its
+neighbour), so rows of at least TP pixels store full tiles only. The
 store goes through the tile buffer `ct` (pixels x channels), per channel a contiguous run of
 its NCHW output row (`ct` written transposed, channels x pixels, took twice as long, measured).
 Indices are unsigned (np.uint64), so numba leaves its negative-index tests out of the tile.
@@ -109,8 +111,11 @@ def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int) -> Function:
             fa, fr = epi.emit(f"v{r}_{q}", f"n * OC + oc{q}", f"oh * OW + ow0 + {r}", f"e{r}_{q}_", c=f"oc{q}")
             fast += (Assign(f"v{r}_{q}", f"{acc[r][q]} + b{q}"),) + tuple(Assign(n, e) for n, e in fa) \
                 + (Assign(f"orow{q}[uo + u{r}]", fr),)
+    # without extras (a residual input could be the output buffer itself), a row's last tile
+    # moves left to end at the row's end: it recomputes a few pixels, but stores a full tile
+    ow0 = f"min(owt * {tp}, max(0, OW - {tp}))" if not epi.extras else f"owt * {tp}"
     tile = (
-        Assign("ow0", f"owt * {tp}"),
+        Assign("ow0", ow0),
         *(Assign(f"o{r}", f"np.uint64(rowo + min(ow0 + {r}, OW - 1) * {g['SW'] * cb})") for r in range(tp)),
         *(Assign(acc[r][q], F0) for r in range(tp) for q in range(cb)),
         Comment(f"{tp}x{cb} depthwise tile (pixels x channels of a block), SLP-vectorized along channels"),

@@ -134,7 +134,7 @@ class Conv2dTemplate(Template):
         oh = int(wl.output_shape[2])
         par = wl.flops() >= THREAD_WAKE_FLOPS
         if _is_depthwise(wl):
-            # vectors along 8-channel blocks beat vectors along a plane's pixels on 13 of the 14
+            # vectors along 8-channel blocks beat vectors along a plane's pixels on all 14
             # MobileNetV2/V3 depthwise layers (1.0-3.1x, experiments/bench_conv.md); 8 pixels a
             # tile where a row holds 8 (its last tile overlaps), else 4
             tile = "8x8" if ow >= 8 else "4x8"

@@ -2,19 +2,22 @@
 onnxruntime's and TVM's x86 depthwise kernels).
 
 The `depthwise` algorithm vectorizes along the pixels of one channel plane, so small maps
-(7x7, 14x14) and strides waste most lanes. Here the input is regrouped by conv2d_blocked's
-pad step (the whole conv taken as one group) into 8-channel blocks of zero-bordered,
-phase-split planes, `Xc[n, cbk, ((ih * S + phase) * WQ + j) * 8 + ci]`, and the weights are
-packed at prepare as `Wp[m, cbk, (kh * KW + kw) * 8 + ci]` (m: the channel multiplier). The
-register tile is TP consecutive output pixels of a row x the block's 8 channels: per tap one
-weight vector and TP input vectors feed TP FMAs; the kh/kw loops have constant trip counts, so
-LLVM unrolls them. Pixels past the row read the last pixel's window and are not stored; without
-residual-like extras the row's last tile ends at the row's end instead (overlapping its
-neighbour), so rows of at least TP pixels store full tiles only. The
-store goes through the tile buffer `ct` (pixels x channels), per channel a contiguous run of
-its NCHW output row (`ct` written transposed, channels x pixels, took twice as long, measured).
-Indices are unsigned (np.uint64), so numba leaves its negative-index tests out of the tile.
-Rows per work item (`PB`) are a run-time knob.
+(7x7, 14x14) and strides waste most lanes. Here `pad_nchw8c` regroups the input into blocks of
+8 channels (`conv2d_blocked.channel_block`: one AVX2 vector) of zero-bordered planes,
+`Xc[n, cbk, (ih * WP + j) * 8 + ci]` (no phase split: a strided conv's channel vectors are
+contiguous anyway), and the weights are packed at prepare as `Wp[m, cbk, (kh * KW + kw) * 8 + ci]`
+(m: the channel multiplier). The register tile is TP consecutive output pixels of a row x the
+block's 8 channels: per tap one weight vector and TP input vectors feed TP FMAs; the kh/kw
+loops have constant trip counts, so LLVM unrolls them. Indices are unsigned (np.uint64), so
+numba leaves its negative-index tests out of the tile.
+
+Stores: a full tile applies the epilogue to the accumulators and stores, per channel, TP
+contiguous pixels of its NCHW row (through `ct`, the scalar store loop took as long as the
+FMAs; `ct` written transposed took twice as long, measured). Without residual-like extras (an
+input that may be the output buffer itself) a row's last tile ends at the row's end,
+overlapping its neighbour, so rows of at least TP pixels store full tiles only; otherwise, and
+for a partial last channel block, the pixels past the row read the last pixel's window and
+the tile is stored through `ct`. Rows per work item (`PB`) are a run-time knob.
 """
 from __future__ import annotations
 

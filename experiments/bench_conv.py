@@ -59,15 +59,16 @@ CODE = [dict(algo="direct", vec="px", regtile="4x16"), dict(algo="direct", vec="
         dict(algo="direct", vec="oc", regtile="4x16"),
         dict(algo="blocked", vec="oc", regtile="6x16"), dict(algo="blocked", vec="oc", regtile="4x24"),
         dict(algo="blocked", vec="oc", regtile="4x16"), dict(algo="blocked", vec="oc", regtile="6x16", order="px_oc")]
-DW_CODE = [dict(algo="depthwise", regtile=t) for t in ("4x8", "2x16", "4x16", "2x32")]
+DW_CODE = [dict(algo="dw_blocked", regtile=t) for t in ("4x8", "8x8")] \
+    + [dict(algo="depthwise", regtile=t, PB=1) for t in ("4x8", "2x16", "4x16", "2x32")]
 RUNTIME = [dict(OCB=o, PB=p) for o in (1, 4) for p in (1, 4)]
-DW_RUNTIME = [dict(parallel=True), dict(parallel=False)]
+DW_RUNTIME = [dict(parallel=True), dict(parallel=False), dict(parallel=True, PB=4), dict(parallel=False, PB=4)]
 
 
 def candidates(conv, wl, quick=False) -> list:
     """The configs swept for `wl`: the default first, then code shapes x blocks (parallel on)."""
     space, default = conv.space(wl), conv.default_config(wl)
-    dw = space.knobs[0].options == ("depthwise",)
+    dw = "depthwise" in space.knobs[0].options
     code, rt = (DW_CODE, DW_RUNTIME) if dw else (CODE, RUNTIME)
     if quick:
         code, rt = code[:2], rt[:2]
@@ -75,7 +76,7 @@ def candidates(conv, wl, quick=False) -> list:
     for c in code:
         for r in rt:
             cfg = space.validate({**default.to_json(), "order": "oc_px", "parallel": True, **c, **r} if not dw
-                                 else {**default.to_json(), **c, **r})
+                                 else {**default.to_json(), **r, **c})
             if cfg not in out:
                 out.append(cfg)
     assert len(out) <= 64
@@ -168,7 +169,13 @@ def main():
     ap.add_argument("--out", default=str(Path(__file__).with_suffix(".md")))
     ap.add_argument("--from-logs", default="", help="comma-separated stdout logs of earlier (interrupted) runs: "
                     "write the tables from the rows they printed, measure nothing")
+    ap.add_argument("--depthwise-before-after", default="", metavar="OUT.md",
+                    help="only the depthwise layers: the `depthwise` algorithm's tile heuristic (the default "
+                    "before dw_blocked) vs the default config vs ORT, interleaved, 1 thread; write OUT.md")
     args = ap.parse_args()
+    if args.depthwise_before_after:
+        depthwise_before_after(Path(args.depthwise_before_after), args.rounds)
+        return
     if args.from_logs:
         rows = _rows_from_logs(args.from_logs.split(","))
         write(rows, sorted({r["threads"] for r in rows}), args, 0.0)
@@ -230,6 +237,54 @@ def main():
     write(rows, threads_list, args, time.time() - t0)
 
 
+def _plane_default(wl, par: bool):
+    """The `depthwise` (vectors along a plane's pixels) config the template defaulted to before
+    `dw_blocked`: kept to compare against."""
+    ow, sw = int(wl.output_shape[3]), int(wl.nodes()[0].attrs["strides"][1])
+    tile = "4x8" if ow <= 8 else "4x16" if ow <= 16 else "2x32" if sw > 1 and ow >= 32 else "2x16"
+    return {"algo": "depthwise", "regtile": tile, "parallel": par, "PB": 1}
+
+
+def depthwise_before_after(out: Path, rounds: int):
+    """Per depthwise layer, 1 thread (CPU time of the calling thread): the old default, the
+    default, onnxruntime, timed in `rounds` interleaved rounds; medians and fastest batches."""
+    use(Settings.from_env())
+    conv = get_template("conv2d")
+    backend = get_backend(None, Settings.from_env().with_(threads=1))
+    layers = [(net, c, h, oc, k, s, p, g) for net, c, h, oc, k, s, p, g in LAYERS if g > 1]
+    wls = [conv_wl(1, c, h, h, oc, k=k, s=s, p=p, g=g, epi=("relu",)) for _, c, h, oc, k, s, p, g in layers]
+    cfgs = [(conv.space(wl).validate(_plane_default(wl, conv.default_config(wl)["parallel"])), conv.default_config(wl))
+            for wl in wls]
+    precompile("conv2d", [(wl, c) for wl, pair in zip(wls, cfgs) for c in pair])
+    lines = ["| layer | net | before: depthwise ms | after: default ms | ORT ms | before vs ORT | after vs ORT "
+             "| after / before | fastest: before, after vs ORT | before config | after config |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    for (net, c, h, oc, k, s, p, g), wl, (old, new) in zip(layers, wls, cfgs):
+        arrays = wl.random_inputs(0)
+        y = np.empty(wl.output_shape, np.float32)
+        runs = {}
+        for name, cfg in (("before", old), ("after", new)):
+            runs[name] = compile_kernel(conv, wl, cfg).bind([None, arrays[1], arrays[2]], backend)
+            runs[name](arrays, y)
+            np.testing.assert_allclose(y, wl.reference(arrays), rtol=1e-3, atol=1e-3)
+        sess = ort_session(c, h, oc, k, s, p, g, arrays[1], arrays[2], 1)
+        fns = {"before": lambda: runs["before"](arrays, y), "after": lambda: runs["after"](arrays, y),
+               "ort": lambda: sess.run(None, {"x": arrays[0]})}
+        times = {name: [] for name in fns}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                times[name] += timeit(fn, repeat=3, clock=time.thread_time)
+        med = {name: statistics.median(v) for name, v in times.items()}
+        low = {name: min(v) for name, v in times.items()}
+        label = f"dw {c}->{oc} {k}x{k}/{s} @{h}"
+        lines.append(f"| {label} | {net} | {med['before'] * 1e3:.3f} | {med['after'] * 1e3:.3f} | {med['ort'] * 1e3:.3f} "
+                     f"| {med['ort'] / med['before']:.2f}x | {med['ort'] / med['after']:.2f}x "
+                     f"| {med['before'] / med['after']:.2f}x | {low['ort'] / low['before']:.2f}x, {low['ort'] / low['after']:.2f}x "
+                     f"| {_short(old)} | {_short(new)} |")
+        print(lines[-1], flush=True)
+    out.write_text("\n".join(lines) + "\n")
+
+
 def _rows_from_logs(paths) -> list:
     """The result rows runs printed (one dict per line), in the order of LAYERS; a layer and
     thread count measured twice keeps the later run's row."""
@@ -248,6 +303,8 @@ def _short(cfg) -> str:
     j = cfg.to_json()
     if j["algo"] == "depthwise":
         return f"dw {j['regtile']}{'' if j['parallel'] else ' serial'}"
+    if j["algo"] == "dw_blocked":
+        return f"dwb {j['regtile']} PB{j['PB']}{'' if j['parallel'] else ' serial'}"
     order = " px_oc" if j["order"] == "px_oc" else ""
     return f"{j['algo']} {j['vec']} {j['regtile']}{order} OCB={j['OCB']} PB={j['PB']}{'' if j['parallel'] else ' serial'}"
 
@@ -258,7 +315,7 @@ def write(rows, threads_list, args, wall, quiet=False):
              "epilogue for all), batch 1, 224x224 network input. *best* = the fastest of a fixed candidate "
              "list (no tuner: the default config plus 9 code shapes (direct/im2col with vectors along "
              "pixels, direct with vectors along channels, and 4 of the blocked NCHWc kernel) x 4 run-time "
-             "block settings (OCB, PB in {1, 4}) for convs, 4 tiles x parallel on/off for depthwise; at most "
+             "block settings (OCB, PB in {1, 4}) for convs, 2 dw_blocked tiles x parallel on/off x PB in {1, 4} and 4 depthwise (plane) tiles x parallel on/off for depthwise; at most "
              "37 configs, so within the 64-trial budget); *default* = the template's default config, what an untuned model runs. Speed = "
              "ORT time / our time, in the same process, onnxruntime with intra_op_num_threads = our threads; "
              "the sweep keeps each candidate's fastest of 5 batches, then best, default and ORT are timed in "

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from schedules import get_template
 from schedules.space import ConfigError
-from tests.template_cases import check, conv_wl, precompile
+from tests.template_cases import check, conv_wl, make_wl, precompile
 
 CONV = get_template("conv2d")
 # (geometry kwargs, epilogue, code shapes of ordinary convs, code shapes of depthwise ones)
@@ -17,13 +17,13 @@ GEOMETRIES = [
     (dict(k=3, s=2, p=1), ("res", "relu"),
      [dict(algo="direct", vec="oc", regtile="4x16"), dict(algo="direct", vec="px", regtile="4x16"),
       dict(algo="blocked", vec="oc", regtile="6x16")],
-     [dict(algo="depthwise", regtile="4x8")]),
+     [dict(algo="depthwise", regtile="4x8", PB=1), dict(algo="dw_blocked", regtile="4x8")]),
     (dict(k=3, s=1, p=2, d=2), ("chan", "relu"),
      [dict(algo="im2col", vec="oc", regtile="4x16", order="px_oc"), dict(algo="im2col", vec="px", regtile="4x16"),
       dict(algo="blocked", vec="oc", regtile="4x24", order="px_oc")],
-     [dict(algo="depthwise", regtile="2x16")]),
+     [dict(algo="depthwise", regtile="2x16", PB=1), dict(algo="dw_blocked", regtile="8x8")]),
     (dict(k=1, s=2, p=0), ("relu",), [dict(algo="im2col", vec="px", regtile="4x16"), dict(algo="blocked", vec="oc", regtile="4x16")],
-     [dict(algo="depthwise", regtile="4x8")]),
+     [dict(algo="depthwise", regtile="4x8", PB=1)]),
 ]
 
 
@@ -65,13 +65,13 @@ def test_default_config_is_in_the_space_and_fits_the_shape(wl):
     cfg = CONV.default_config(wl)
     assert CONV.space(wl).validate(cfg) == cfg
     dw = wl.inputs[1]["shape"][1] == 1 and wl.nodes()[0].attrs.get("group", 1) > 1
-    assert (cfg["algo"] == "depthwise") == dw, "depthwise convs get their own schedule"
+    assert (cfg["algo"] in ("depthwise", "dw_blocked")) == dw, "depthwise convs get their own schedules"
     # waking a second thread costs more than a small conv runs
     assert cfg["parallel"] == (wl.flops() >= 2e6)
     oh, ow = wl.output_shape[2:]
     if not dw and oh * ow < 16:
         assert cfg["vec"] == "oc", "a map of a few pixels cannot fill pixel vectors"
-    if dw:
+    if dw and cfg["algo"] == "depthwise":
         assert int(cfg["regtile"].split("x")[1]) <= max(8, 2 * ow), "the tile's pixels fit a row"
 
 
@@ -105,9 +105,11 @@ def test_random_shapes_and_configs_match_numpy(compiled, data, geo, n, cg, group
     space = CONV.space(wl)
     runtime = {k.name: data.draw(st.sampled_from(k.options)) for k in space.knobs if not k.code_shape}
     depthwise = cg == 1 and g > 1   # also groups="2" with one channel per group
-    assert (space.knobs[0].options == ("depthwise",)) == depthwise
+    assert ("depthwise" in space.knobs[0].options) == depthwise
     code = data.draw(st.sampled_from(dw_shapes if depthwise else shapes))
-    check(CONV, wl, config(wl, **code, **runtime))
+    if code["algo"] == "depthwise":
+        runtime["PB"] = 1   # one plane per work item
+    check(CONV, wl, config(wl, **{**code, **runtime}))
 
 
 def test_blocked_layout_pads_channel_blocks_and_groups(compiled):
@@ -119,6 +121,26 @@ def test_blocked_layout_pads_channel_blocks_and_groups(compiled):
     (xc,) = [b for b in CONV.lower(wl, cfg).launch.workspaces if b.name == "Xc"]
     assert xc.shape[1] == 2 * 2, "two blocks of 8 channels per group of 10"
     check(CONV, wl, cfg)
+
+
+def test_dw_blocked_pads_channel_blocks_with_a_multiplier_and_hardswish(compiled):
+    """13 channels (a partial second block of 8) x multiplier 2, stride 2, pads, tiles that end
+    past the output row, rows per work item that do not divide the map, HardSwish fused."""
+    geo, _, _, _ = GEOMETRIES[0]
+    base = depthwise_wl(1, 13, 11, 9, mult=2, **geo)
+    wl = make_wl([(o["op"], o["in"], o["attrs"]) for o in base.ops] + [("HardSwish", ["t0"], {})],
+                 [(tuple(i["shape"]), i["dtype"], i["const"]) for i in base.inputs])
+    cfg = config(wl, algo="dw_blocked", regtile="4x8", PB=4)
+    (xc,) = [b for b in CONV.lower(wl, cfg).launch.workspaces if b.name == "Xc"]
+    assert xc.shape[1] == 2, "13 channels in two blocks of 8"
+    check(CONV, wl, cfg)
+    check(CONV, depthwise_wl(1, 13, 10, 13, epi=("relu",), **geo), cfg)   # stride 2 without the multiplier
+
+
+def test_dw_blocked_stride_one_matches_numpy(compiled):
+    geo, epi, _, _ = GEOMETRIES[1]   # dilated 3x3, stride 1, pads 2, per-channel scale + relu
+    wl = depthwise_wl(1, 21, 7, 12, epi=epi, **geo)
+    check(CONV, wl, config(wl, algo="dw_blocked", regtile="8x8", PB=2, parallel=True))
 
 
 @pytest.mark.slow

@@ -22,8 +22,11 @@ Algorithms (`algo`):
   blocks by the pad step and a pixels x channels tile over the flattened plane with the
   block's channels innermost (`conv2d_blocked`); the default for spatial convs of many
   channels;
-- `depthwise` (only for convs with one input channel per group): its own schedule, a
-  rows x pixels tile per output channel, vectors along the pixels, weights as scalars.
+- `dw_blocked` (only for convs with one input channel per group, the default there): a
+  pixels x 8 channels tile over the input regrouped into 8-channel blocks, vectors along the
+  channels (`conv2d_depthwise`);
+- `depthwise` (the same convs): a rows x pixels tile per output channel, vectors along the
+  pixels, weights as scalars.
 
 Strided convs read a *phase-split* copy of the input: the pad step writes
 `Xp[n, c, ih, phase, j]` = x[n, c, ih - PT, j * SW + phase - PL], so the pixels one
@@ -50,6 +53,7 @@ from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
 from schedules.templates.conv2d_blocked import channel_block, conv_blocked, pack_w_blocked, pad_blocked
+from schedules.templates.conv2d_depthwise import DWB_TILES, conv_depthwise, pack_w_depthwise, pad_nchw8c
 
 # MR x NR; NR is the vectorized axis (see `vec`). With 16 vector registers (AVX2, or AVX-512
 # with LLVM's prefer-256-bit) 4x16, 6x16 and 4x24 keep 8-12 accumulators in registers; 8x16 and
@@ -85,7 +89,7 @@ def _tile_dims(regtile: str) -> tuple[int, int]:
 
 class Conv2dTemplate(Template):
     name = "conv2d"
-    version = 3   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`
+    version = 4   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`; v4: `dw_blocked`
 
     def matches(self, wl: Workload) -> bool:
         if not wl.ops or wl.ops[0]["op"] != "Conv" or wl.ops[0]["in"][:2] != ["i0", "i1"]:
@@ -106,10 +110,11 @@ class Conv2dTemplate(Template):
     def space(self, wl: Workload) -> ConfigSpace:
         if _is_depthwise(wl):
             return ConfigSpace([
-                Knob("algo", ("depthwise",)),
-                Knob("regtile", DW_TILES),
+                Knob("algo", ("dw_blocked", "depthwise")),
+                Knob("regtile", tuple(dict.fromkeys(DWB_TILES + DW_TILES))),
                 Knob("parallel", (True, False), code_shape=False),
-            ])
+                Knob("PB", BLOCKS, code_shape=False),
+            ], constraint=_depthwise_tiles)
         return ConfigSpace([
             Knob("algo", ("direct", "im2col", "blocked")),
             Knob("vec", ("oc", "px")),
@@ -129,9 +134,11 @@ class Conv2dTemplate(Template):
         oh = int(wl.output_shape[2])
         par = wl.flops() >= THREAD_WAKE_FLOPS
         if _is_depthwise(wl):
-            sw = _geometry(wl)["SW"]
-            tile = "4x8" if ow <= 8 else "4x16" if ow <= 16 else "2x32" if sw > 1 and ow >= 32 else "2x16"
-            return self.space(wl).validate({"algo": "depthwise", "regtile": tile, "parallel": par})
+            # vectors along 8-channel blocks beat vectors along a plane's pixels on all 14
+            # MobileNetV2/V3 depthwise layers (1.0-3.1x, experiments/bench_conv.md); 8 pixels a
+            # tile where a row holds 8 (its last tile overlaps), else 4
+            tile = "8x8" if ow >= 8 else "4x8"
+            return self.space(wl).validate({"algo": "dw_blocked", "regtile": tile, "parallel": par, "PB": 1})
         geo = _geometry(wl)
         P = oh * ow
         base = {"order": "oc_px", "parallel": par, "OCB": 1, "PB": 4}
@@ -160,6 +167,8 @@ class Conv2dTemplate(Template):
         epi = _epilogue(wl)
         if cfg["algo"] == "depthwise":
             return self._lower_depthwise(wl, cfg, geo, epi)
+        if cfg["algo"] == "dw_blocked":
+            return self._lower_dw_blocked(wl, cfg, geo, epi)
         if cfg["algo"] == "blocked":
             return self._lower_blocked(wl, cfg, geo, epi)
         mr, nr = _tile_dims(cfg["regtile"])
@@ -280,6 +289,53 @@ class Conv2dTemplate(Template):
                              *(Scalar(v) for v in (N, C, OC, H, W, OH, OW, hp, wq, geo["PT"], geo["PL"]))),
                     items=N * C, parallel=cfg["parallel"])
         return Lowered(module, Launch((step,), tables=tables))
+
+    def _lower_dw_blocked(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
+        """Depthwise along 8-channel blocks (`conv2d_depthwise`): pad into channel blocks,
+        weights packed at prepare, one kernel."""
+        tp, cb = _tile_dims(cfg["regtile"])
+        assert cb == channel_block(1)
+        par = cfg["parallel"]
+        N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
+        OC = int(wl.inputs[1]["shape"][0])
+        M = OC // C
+        OH, OW = (int(d) for d in wl.output_shape[2:])
+        KH, KW = geo["KH"], geo["KW"]
+        ncb = -(-C // cb)
+        module = LoopModule((pack_w_depthwise(cb, KH * KW), pad_nchw8c(cb), conv_depthwise(tp, geo, epi, cb)),
+                            doc=f"conv2d kernel: dw_blocked (NCHW{cb}c) regtile={tp}x{cb} kernel={KH}x{KW} "
+                            f"stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
+                            f"epilogue {[st[0]['op'] for st in epi.steps]}",
+                            meta={"template": f"conv2d v{self.version}"})
+        wp = Buffer("Wp", (M, ncb, KH * KW * cb))
+        w_const = wl.inputs[1]["const"]
+        pack_w = Call("pack_w", (In(1, (OC, KH * KW), "float32"), Packed("Wp") if w_const else Work("Wp"),
+                                 Scalar(C), Scalar(M)), items=M * ncb, parallel=par)
+        bias, tables = _bias(wl, OC)
+        extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
+        hp = (OH - 1) * geo["SH"] + (KH - 1) * geo["DH"] + 1   # the rows and columns the windows read
+        wpad = (OW - 1) * geo["SW"] + (KW - 1) * geo["DW"] + 1
+        xc = Buffer("Xc", (N, ncb, hp * wpad * cb))
+        pad = Call("pad", (In(0, (N, C, H, W), "float32"), Work("Xc"),
+                           *(Scalar(v) for v in (N, C, H, W, hp, wpad, geo["PT"], geo["PL"]))),
+                   items=N * ncb, parallel=par)
+        conv = Call("conv", (Work("Xc"), pack_w.args[1], bias, *extras, Out(),
+                             *(Scalar(v) for v in (N, C, M, OH, OW, wpad, cfg["PB"]))),
+                    items=N * ncb * M * -(-OH // cfg["PB"]), parallel=par)
+        steps, work = (pad, conv), (xc,)
+        if not w_const:
+            steps, work = (pack_w,) + steps, (wp,) + work
+        return Lowered(module, Launch(steps, prepare=(pack_w,) if w_const else (), packed=(wp,) if w_const else (),
+                                      workspaces=work, tables=tables))
+
+
+def _depthwise_tiles(values: dict) -> str | None:
+    algo, tile = values.get("algo"), values.get("regtile")
+    if algo == "dw_blocked" and tile not in DWB_TILES:
+        return f"dw_blocked tiles are pixels x 8 channels: {', '.join(DWB_TILES)}"
+    if algo == "depthwise" and (tile not in DW_TILES or values.get("PB", 1) != 1):
+        return f"depthwise tiles are rows x pixels ({', '.join(DW_TILES)}), one plane per work item (PB=1)"
+    return None
 
 
 def _blocked_vectors_along_channels(values: dict) -> str | None:

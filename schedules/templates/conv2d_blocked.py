@@ -94,6 +94,19 @@ def pad_blocked(s: int, cb: int) -> Function:
     return Function("pad", params, body)
 
 
+def buffered_store(epi: Epilogue, channels: str, oc: str, row: str, pixels: str, pixel: str) -> tuple:
+    """Store a tile held in `ct[pixel r, channel q]` with bias and epilogue: for q < `channels`,
+    output channel `oc` gets `pixels` contiguous outputs through the view `row` (a view from the
+    tile's first pixel: no negative-index tests); `pixel` is r's flat index in the plane."""
+    assigns, result = epi.emit("v", "n * OC + oc", pixel, "e", c="oc")
+    return (For("q", "0", channels, (
+        Assign("oc", oc), Assign("bo", "bias[oc]"), Assign("orow", row),
+        For("r", "0", pixels, (
+            Assign("v", "ct[r, q] + bo"),
+        ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[r]", result),)),
+    )),)
+
+
 def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int) -> Function:
     """The kernel: work items t, t+T, ... of (n, g, OC block of OCB tiles, pixel block of PB
     tiles); per tile, MR pixel offsets, then the register tile over (cb, kh, kw, ci)."""
@@ -118,13 +131,8 @@ def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int
     )
     # the store: per output channel, the tile's pixels are a contiguous run of its plane
     # (written through a view from p0: no negative-index tests)
-    assigns, result = epi.emit("v", "n * OC + oc", "p0 + r", "e", c="oc")
-    store = (For("q", "0", f"min({nr}, OCg - oct * {nr})", (
-        Assign("oc", f"g * OCg + oct * {nr} + q"), Assign("bo", "bias[oc]"), Assign("orow", "out[n, oc, p0:]"),
-        For("r", "0", f"min({mr}, P - p0)", (
-            Assign("v", "ct[r, q] + bo"),
-        ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[r]", result),)),
-    )),)
+    store = buffered_store(epi, f"min({nr}, OCg - oct * {nr})", f"g * OCg + oct * {nr} + q",
+                           "out[n, oc, p0:]", f"min({mr}, P - p0)", "p0 + r")
     tile = (Assign("p0", f"pt * {mr}"), Assign("Wk", "Wp[g, oct]")) + offsets + register_tile(
         mr, nr, lambda r: f"xb[o{r} + xi]", lambda q: f"Wk[k, {q}]", k_loops, (),
         comment=f"{mr}x{nr} register tile (pixels x output channels) over {cb}-channel blocks, "

@@ -24,6 +24,7 @@ from __future__ import annotations
 from schedules.epilogue import Epilogue
 from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, Param
 from schedules.microkernel import F0
+from schedules.templates.conv2d_blocked import buffered_store
 
 DWB_TILES = ("4x8", "8x8")   # pixels of an output row x channels of a block
 
@@ -99,13 +100,8 @@ def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int) -> Function:
     ) + tuple(Assign(f"w{q}", f"wk[wo + u{q}]") for q in range(cb)) \
         + tuple(Assign(f"i{r}", f"o{r} + xo") for r in range(tp)) \
         + tuple(Assign(acc[r][q], f"xb[i{r} + u{q}] * w{q}", "+") for r in range(tp) for q in range(cb))
-    assigns, result = epi.emit("v", "n * OC + oc", "oh * OW + ow0 + r", "e", c="oc")
-    store = (For("q", "0", f"min({cb}, C - cbk * {cb})", (
-        Assign("oc", f"(cbk * {cb} + q) * M + m"), Assign("bo", "bias[oc]"), Assign("orow", "out[n, oc, oh, ow0:]"),
-        For("r", "0", f"min({tp}, OW - ow0)", (
-            Assign("v", "ct[r, q] + bo"),
-        ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[r]", result),)),
-    )),)
+    store = buffered_store(epi, f"min({cb}, C - cbk * {cb})", f"(cbk * {cb} + q) * M + m",
+                           "out[n, oc, oh, ow0:]", f"min({tp}, OW - ow0)", "oh * OW + ow0 + r")
     fast = ()   # a full tile: the epilogue on the accumulators, per channel TP contiguous stores
     for q in range(cb):
         fast += (Assign(f"oc{q}", f"(cbk * {cb} + {q}) * M + m"), Assign(f"b{q}", f"bias[oc{q}]"),

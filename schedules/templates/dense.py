@@ -190,8 +190,14 @@ def _micro_kernel(mr: int, nr: int, epi: Epilogue) -> tuple:
         )),
     )
     in_registers = register_epilogue(epi, mr, nr, lambda r: f"i0 + {r}", "j0")
-    after = (If("kb == n_kb - 1", (For("r", "0", str(mr), (Assign("i", "i0 + r"), For("c", "0", str(nr), (
-        Assign("j", "j0 + c"), Assign("v", "out[i, j]")) + epilogue))),)),) if epi.steps and not in_registers else ()
+    # a long epilogue on a full tile: a loop over its stored rows at unsigned indices (with
+    # numba's wraparound selects on j the loop stayed scalar: GELU cost ~7 ns per element)
+    row_assigns, row_result = epi.emit("v", "iu", "ju", "e")
+    after = (If("kb == n_kb - 1", (For("r", "0", str(mr), (
+        Assign("iu", unsigned("i0 + r")), For("c", "0", str(nr), (
+            Assign("ju", unsigned("j0 + c")), Assign("v", "out[iu, ju]"))
+            + tuple(Assign(n, e) for n, e in row_assigns) + (Assign("out[iu, ju]", row_result),)))),)),) \
+        if epi.steps and not in_registers else ()
     return (Assign("i0", f"it * {mr}"), Assign("j0", f"jt * {nr}")) + register_tile_in_place(
         mr, nr, lambda r: f"A[ar{r}, ku]", lambda c: f"Bp[jtu, ku, {c}]", _k_block_loop(mr),
         "out", "i0", "j0", full=f"i0 + {mr} <= M and j0 + {nr} <= N", accumulate="kb > 0",

@@ -139,27 +139,29 @@ def test_no_memory_plan_gives_same_result(resnet):
 
 
 def test_kernel_workspaces_live_in_the_arena_and_are_reused():
-    """A dense kernel's packing panels are workspaces of its launch: the executor places them
-    in the arena (no allocation per call), and two layers share one region of it."""
+    """A dense kernel whose weights come with each call packs them into a workspace of its
+    launch (a constant weight is packed once, at prepare): the executor places it in the
+    arena (no allocation per call), and two layers share one region of it."""
     import onnx
     from onnx import TensorProto, helper
     rng = np.random.default_rng(0)
     w1, w2 = (rng.standard_normal((32, 32)).astype(np.float32) for _ in range(2))
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
              helper.make_node("MatMul", ["r", "w2"], ["y"])]
-    g = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 32])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 32])],
-                          [onnx.numpy_helper.from_array(w1, "w1"), onnx.numpy_helper.from_array(w2, "w2")])
+    g = helper.make_graph(nodes, "two", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                                         for n, s in (("x", [8, 32]), ("w1", [32, 32]), ("w2", [32, 32]))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 32])])
     m = compiled(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), ("dense",))
     x = rng.standard_normal((8, 32)).astype(np.float32)
-    y = m.run({"x": x})["y"]
+    feeds = {"x": x, "w1": w1, "w2": w2}
+    y = m.run(feeds)["y"]
     np.testing.assert_allclose(y, np.maximum(x @ w1, 0) @ w2, rtol=1e-4, atol=1e-4)
     prog = m.program({})
     kernels = [s for s in prog.steps if s.kernel is not None]
-    assert len(kernels) == 2 and all(s.work and "Ap" in s.work for s in kernels)
+    assert len(kernels) == 2 and all(s.work and "Bp" in s.work for s in kernels)
     for s in kernels:
         for view in s.work.values():
             assert np.shares_memory(view, prog.arena)
-    a0, a1 = (s.work["Ap"] for s in kernels)
-    assert a0.__array_interface__["data"][0] == a1.__array_interface__["data"][0]   # dead after step 0: reused
-    np.testing.assert_array_equal(m.run({"x": x})["y"], y)   # the second call reuses them
+    b0, b1 = (s.work["Bp"] for s in kernels)
+    assert b0.__array_interface__["data"][0] == b1.__array_interface__["data"][0]   # dead after step 0: reused
+    np.testing.assert_array_equal(m.run(feeds)["y"], y)   # the second call reuses them

@@ -107,3 +107,17 @@ def loops(stmts, kind: str | None = None) -> list[For]:
         elif isinstance(s, If):
             out += loops(s.then, kind) + loops(s.orelse, kind)
     return out
+
+
+def unflatten(index: str, digits: tuple, last: str) -> tuple:
+    """Statements splitting a flat work-item `index` into mixed-radix digits, fastest first:
+    `digits` = ((name, count), ...), and `last` takes what is left (the slowest digit)."""
+    out, rest = [], index
+    for name, count in digits:
+        out += [Assign(name, f"{rest} % {count}")]
+        if (name, count) == digits[-1]:
+            out += [Assign(last, f"{rest} // {count}")]
+        else:
+            out += [Assign("rest", f"{rest} // {count}")]
+            rest = "rest"
+    return tuple(out)

@@ -47,7 +47,7 @@ from ir.ops.nn import _concrete_pads
 from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Buffer, Call, In, Launch, Out, Packed, Repeat, Scalar, Table, Var, Work
-from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param
+from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param, unflatten
 from schedules.microkernel import F0, k_range, register_tile
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
@@ -530,9 +530,7 @@ def _direct(mr: int, nr: int, vec: str, order: str, geo: dict, epi: Epilogue) ->
         Assign("n_owt", f"(OW + {tp - 1}) // {tp}"), Assign("n_hb", "(OH + PB - 1) // PB"),
         Alloc("ct", (str(mr), str(nr))),
         For("it", "t", "N * G * n_ob * n_hb", step="T", body=(
-            Assign("hb", "it % n_hb"), Assign("rest", "it // n_hb"),
-            Assign("ob", "rest % n_ob"), Assign("rest", "rest // n_ob"),
-            Assign("g", "rest % G"), Assign("n", "rest // G"),
+            *unflatten("it", (("hb", "n_hb"), ("ob", "n_ob"), ("g", "G")), "n"),
             For("oh", "hb * PB", "min(OH, hb * PB + PB)",
                 _tile_loops(order, ("owt", "0", "n_owt"), tile)),
         )),

@@ -15,7 +15,7 @@ lanes on the row's end. Pixels past the plane read the last pixel's window and a
 from __future__ import annotations
 
 from schedules.epilogue import Epilogue
-from schedules.loopnest import Alloc, Assign, For, Function, If, Param
+from schedules.loopnest import Alloc, Assign, For, Function, If, Param, unflatten
 from schedules.microkernel import F0, register_tile
 
 MAX_CB = 8   # channels per block: the innermost loop's length
@@ -146,9 +146,7 @@ def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int
         Assign("n_pt", f"(P + {mr - 1}) // {mr}"), Assign("n_pb", "(n_pt + PB - 1) // PB"),
         Alloc("ct", (str(mr), str(nr))),
         For("it", "t", "N * G * n_ob * n_pb", step="T", body=(
-            Assign("pb", "it % n_pb"), Assign("rest", "it // n_pb"),
-            Assign("ob", "rest % n_ob"), Assign("rest", "rest // n_ob"),
-            Assign("g", "rest % G"), Assign("n", "rest // G"),
+            *unflatten("it", (("pb", "n_pb"), ("ob", "n_ob"), ("g", "G")), "n"),
             For(*outer, body=(For(*inner, body=tile),)),
         )),
     )

@@ -22,7 +22,7 @@ the tile is stored through `ct`. Rows per work item (`PB`) are a run-time knob.
 from __future__ import annotations
 
 from schedules.epilogue import Epilogue
-from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, Param
+from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, Param, unflatten
 from schedules.microkernel import F0
 from schedules.templates.conv2d_blocked import buffered_store
 
@@ -129,9 +129,7 @@ def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int) -> Function:
         *(Assign(f"u{q}", f"np.uint64({q})") for q in range(max(cb, tp))),
         Alloc("ct", (str(tp), str(cb))),
         For("it", "t", "N * NCB * M * n_rb", step="T", body=(
-            Assign("rb", "it % n_rb"), Assign("rest", "it // n_rb"),
-            Assign("m", "rest % M"), Assign("rest", "rest // M"),
-            Assign("cbk", "rest % NCB"), Assign("n", "rest // NCB"),
+            *unflatten("it", (("rb", "n_rb"), ("m", "M"), ("cbk", "NCB")), "n"),
             Assign("xb", "Xc[n, cbk]"), Assign("wk", "Wp[m, cbk]"),
             For("oh", "rb * PB", "min(OH, rb * PB + PB)", (
                 Assign("rowo", f"oh * {g['SH']} * WP * {cb}"),

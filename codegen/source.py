@@ -18,7 +18,7 @@ from schedules.loopnest import (PARALLEL, UNROLLED, Alloc, Assign, Call, Comment
                                 LoopModule)
 
 HEADER = ("import math\nimport numpy as np\nfrom numba import njit, prange\n"
-          "from codegen.numba_pipeline import LeanCompiler\n")
+          "from codegen.numba_pipeline import LeanCompiler\nfrom codegen.checks import index_in\n")
 
 
 def _subst(text: str, var: str, value: int) -> str:

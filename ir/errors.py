@@ -47,6 +47,10 @@ class ShapeError(TensortuneError):
     """A shape that is inconsistent, or a dynamic dim bound outside its declared range."""
 
 
+class InputValueError(TensortuneError):
+    """A value in the inputs that the model cannot take (an index out of range): found while running."""
+
+
 class DataDependentShapeError(ShapeError):
     """An output shape depends on tensor data (not on shapes): only the model's annotation can tell."""
 

@@ -38,7 +38,7 @@ import numpy as np
 from codegen import compile_kernel, get_backend
 from codegen.kernel import BoundKernel, Kernel
 from ir.custom import has_definition
-from ir.errors import ShapeError, TensortuneError, UnsupportedOpError
+from ir.errors import InputValueError, ShapeError, TensortuneError, UnsupportedOpError
 from ir.fusion import FusedSubgraph, partition, topo_order
 from ir.graph import Graph
 from ir.ops import BROADCAST, ELEMWISE, OPS
@@ -98,6 +98,17 @@ def _cores() -> int:
 class FallbackError(TensortuneError):
     """--strict: a subgraph would run on the NumPy reference path or in onnxruntime (or a
     stored config is unusable)."""
+
+
+def _bad_value(step, e: IndexError) -> InputValueError:
+    """An index out of range, met by a kernel or the reference while running `step`: the
+    inputs' fault, said as one line naming the subgraph's nodes (the outputs are not made)."""
+    nodes = ", ".join(f"{n.op} '{n.name}'" for n in step.subgraph.nodes[:3])
+    why = str(e).strip().splitlines()[0] if str(e).strip() else "an index is out of range"
+    for n in step.subgraph.nodes:   # a kernel's own message may start with its op's name
+        why = why.removeprefix(f"{n.op}: ")
+    more = f" (+{len(step.subgraph.nodes) - 3} more)" if len(step.subgraph.nodes) > 3 else ""
+    return InputValueError(f"{nodes}{more}: {why} (a value in the inputs is out of range for the model)")
 
 
 class _RefFailed(Exception):
@@ -670,13 +681,16 @@ class CompiledModel:
     def _run(self, feeds: dict, prog: Program) -> dict:
         env = self._start(feeds, prog)
         run_step = self._run_step
-        for step in prog.steps:
-            fixed = step.fixed
-            if fixed is not None:          # a kernel on the program's own buffers
-                for run, args in fixed:
-                    run(*args)
-            else:
-                run_step(prog, step, env)
+        try:
+            for step in prog.steps:
+                fixed = step.fixed
+                if fixed is not None:          # a kernel on the program's own buffers
+                    for run, args in fixed:
+                        run(*args)
+                else:
+                    run_step(prog, step, env)
+        except IndexError as e:
+            raise _bad_value(step, e) from None
         return self._results(feeds, env)
 
     def _run_timed(self, feeds: dict, prog: Program, times: list) -> dict:
@@ -699,6 +713,8 @@ class CompiledModel:
                 times.append(dt)
                 step.seconds += dt
                 step.calls += 1
+        except IndexError as e:
+            raise _bad_value(step, e) from None
         finally:
             self._timing = False
         return self._results(feeds, env)

@@ -208,13 +208,16 @@ class _Emitter:
         data, ind = n.inputs[0], n.inputs[1]
         ds, gs = self.shapes[data], self.shapes[ind]
         axis = int(n.attrs.get("axis", 0)) % len(ds)
-        g = self.load(ind, idx[axis:axis + len(gs)])
-        g = f"({g} + {ds[axis]} if {g} < 0 else {g})"   # negative indices count from the end
+        g = self.index(self.load(ind, idx[axis:axis + len(gs)]), ds[axis])
         return self.load(data, list(idx[:axis]) + [g] + list(idx[axis + len(gs):]))
 
+    def index(self, g: str, size) -> str:
+        """The index `g` read from a tensor, checked against its axis of `size` (negative ones
+        count from the end; out of range raises IndexError: `codegen.checks.index_in`)."""
+        return f"index_in({g}, {size})"
+
     def _index(self, ind, at, size):
-        g = self.load(ind, at)
-        return f"({g} + {size} if {g} < 0 else {g})"   # negative indices count from the end
+        return self.index(self.load(ind, at), size)
 
     def gatherelements(self, n, k, idx, shape):
         data, ind = n.inputs[0], n.inputs[1]

@@ -50,6 +50,11 @@ class _GpuEmitter(_Emitter):
     def hoisted(self, expr: str, index: str) -> str:
         return expr
 
+    def index(self, g: str, size) -> str:
+        """A kernel cannot raise on the GPU: an index out of range is clamped into its axis
+        (negative ones count from the end), so no read leaves the array."""
+        return f"min(max(({g} + {size} if {g} < 0 else {g}), 0), {size} - 1)"
+
 
 def _rounding_functions(used: set) -> tuple:
     """Device functions for np.floor / np.ceil / np.rint over float32 (NaN, inf and values

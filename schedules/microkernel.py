@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from schedules.loopnest import Assign, Comment, For, If
+from schedules.loopnest import Assign, Call, Comment, For, If
 
 F0 = "np.float32(0.0)"
 
@@ -149,3 +149,32 @@ def register_tile_in_place(mr: int, nr: int, a_load: Callable[[int], str], b_loa
         store = (If(full, store, spill),)
     return init + ((Comment(comment),) if comment else ()) \
         + tuple(k_loops(_k_body(mr, nr, a_load, b_load))) + store
+
+
+def tile_codes(target=None) -> tuple[str, str]:
+    """How the register tile's code can be written, for `target` (as `vector_shape`): "slp" (the
+    scalar locals above, vectorized by LLVM's SLP pass) or "vec<lanes>" (`codegen.vector_tile`:
+    the k loop as explicit LLVM vector IR of the target's float lanes, e.g. "vec8" on AVX2,
+    "vec16" on AVX-512). The lanes are in the value so that lowering needs no target."""
+    return ("slp", f"vec{vector_shape(target)[0]}")
+
+
+def tile_lanes(code: str, nr: int) -> int | None:
+    """The vector lanes of tile code `code` for an NR-column tile (halved until they divide NR),
+    or None for "slp"."""
+    if code == "slp":
+        return None
+    lanes = int(code.removeprefix("vec"))
+    while nr % lanes:
+        lanes //= 2
+    return lanes
+
+
+def vector_tile(a: str, a_offsets: list[str], a_kstride: str, b: str, b_offset: str, b_kstride: str, n_k: str,
+                out: str, c_offset: str, c_rowstride: str, accumulate: str, nr: int, lanes: int) -> Call:
+    """The statement calling `codegen.vector_tile.tile_fma` (see there): an MR x NR tile
+    (MR = len(a_offsets)) of `a`'s rows times `b` over n_k steps of k, stored or added to
+    `out` (all arrays); offsets and
+    strides are int64 element counts (not `unsigned`: uint64 * int64 is a float in numba)."""
+    return Call(f"tile_fma({a}, ({', '.join(a_offsets)},), {a_kstride}, {b}, {b_offset}, {b_kstride}, {n_k}, "
+                f"{out}, {c_offset}, {c_rowstride}, {accumulate}, {nr}, {lanes})")

@@ -48,9 +48,9 @@ def compiled_code_shapes():
 def test_space_has_the_knobs_the_issue_asks_for():
     space = DENSE.space(workload(32, 256, 256))
     names = {k.name for k in space.knobs}
-    assert {"MB", "NB", "KB", "order", "parallel", "regtile"} <= names
+    assert {"MB", "NB", "KB", "order", "parallel", "regtile", "tile_code"} <= names
     code = {k.name for k in space.knobs if k.code_shape}
-    assert code == {"regtile", "order"}  # block sizes and threading are run-time arguments
+    assert code == {"regtile", "order", "tile_code"}  # block sizes and threading are run-time arguments
     assert len(space) > 1000
 
 

@@ -6,9 +6,13 @@ loop order) and a few run-time block settings: a brute-force stand-in for the tu
 so the table shows what the space contains. The best config and NumPy are then timed
 again in alternating rounds (medians), so load from other processes hits both alike.
 
-Run: python experiments/dense/bench_dense.py [--quick | --defaults]   (writes results.md and dense.png here)
+Run: python experiments/dense/bench_dense.py [--quick | --defaults | --tile-code]   (writes results.md and dense.png here)
 --defaults: no sweep; the template's default config (what an untuned model runs) against NumPy,
 for the dense shapes and the attention batched matmuls (12 heads of BERT-base / ViT-B).
+--tile-code: the register tile as SLP scalars (today's default 4x16) vs as LLVM vector IR
+(`tile_code="vec<lanes>"`, several tiles), default blocks, 1 thread CPU time side by side with NumPy;
+and the CPU seconds numba takes to compile the `blocks` function of each (fresh cache).
+Prints a Markdown table (results.md is left alone).
 """
 import os
 
@@ -28,6 +32,7 @@ from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
 from codegen import compile_kernel, host_target  # noqa: E402
 from ir import import_onnx, make_workload, partition, simplify  # noqa: E402
 from schedules import get_template  # noqa: E402
+from schedules.microkernel import tile_codes  # noqa: E402
 
 HERE = Path(__file__).parent
 DENSE = get_template("dense")
@@ -190,6 +195,57 @@ def defaults_main():
     (HERE / "defaults.md").write_text("\n".join(lines) + "\n")
 
 
+VEC = tile_codes()[1]   # this machine's vector IR tile code ("vec8" on AVX2)
+TILE_CODE_CASES = [("slp", "4x16"), (VEC, "4x16"), (VEC, "6x16"), (VEC, "4x24"), (VEC, "8x8"), (VEC, "3x24")]
+
+
+def compile_cpu_seconds(wl, cfg) -> float:
+    """CPU seconds numba takes for the `blocks` function of `cfg` (the code shape's own part;
+    the B packing is shared by every tile of one NR), in a fresh kernel cache."""
+    import tempfile
+    from codegen.build import load_source, parts_for
+    from ir.settings import Settings
+    [part] = [p for p in parts_for(DENSE.lower(wl, cfg).module, host_target()) if "blocks" in p.functions]
+    with tempfile.TemporaryDirectory() as d:
+        os.chmod(d, 0o700)
+        t0 = time.process_time()
+        load_source(part.source, part.key, list(part.functions), Settings.from_env().with_(cache_dir=d), prefix="f_")
+        return time.process_time() - t0
+
+
+def tile_code_main():
+    """SLP tile vs vector-IR tiles, default blocks, 1 thread: GFLOP per CPU-second side by side."""
+    from ir.settings import Settings, use
+    use(Settings.from_env().with_(threads=1))
+    header = "| M x K x N | NumPy | " + " | ".join(f"{c} {t}" for c, t in TILE_CODE_CASES) + " |"
+    lines = [header, "|" + "---|" * (len(TILE_CODE_CASES) + 2)]
+    compile_s = {case: [] for case in TILE_CODE_CASES}
+    for m, k, n in SHAPES:
+        wl = workload(m, k, n)
+        arrays = wl.random_inputs(0)
+        consts = [a if s["const"] else None for a, s in zip(arrays, wl.inputs)]
+        x, w = arrays[:2]
+        fns = [lambda: x @ w]
+        for code, tile in TILE_CODE_CASES:
+            cfg = DENSE.space(wl).validate({**DENSE.default_config(wl).to_json(), "regtile": tile, "tile_code": code,
+                                            "parallel": False})
+            if (m, k, n) == SHAPES[0]:
+                compile_s[(code, tile)].append(compile_cpu_seconds(wl, cfg))
+            run = compile_kernel(DENSE, wl, cfg).bind(consts)
+            out = np.empty(wl.output_shape, np.float32)
+            run(arrays, out)
+            assert np.allclose(out, x @ w, rtol=1e-3, atol=1e-3), (code, tile)
+            fns.append(lambda run=run, out=out: run(arrays, out))
+        with threadpool_limits(1, user_api="blas"):
+            cpu = side_by_side(fns, rounds=9, clock=time.thread_time)
+        fl = 2 * m * n * k
+        lines.append(f"| {m}x{k}x{n} | {fl / cpu[0] / 1e9:.0f} | "
+                     + " | ".join(f"{fl / t / 1e9:.0f} ({cpu[0] / t:.2f}x)" for t in cpu[1:]) + " |")
+        print(lines[-1], flush=True)
+    lines.append("| compile `blocks`, CPU s | - | " + " | ".join(f"{v[0]:.2f}" for v in compile_s.values()) + " |")
+    print("\n".join(lines))
+
+
 def cfg_text(cfg) -> str:
     return " ".join(f"{k}={v}" for k, v in cfg.to_json().items())
 
@@ -197,6 +253,8 @@ def cfg_text(cfg) -> str:
 def main():
     if DEFAULTS:
         return defaults_main()
+    if "--tile-code" in sys.argv:
+        return tile_code_main()
     from ir.settings import Settings, use
     use(Settings.from_env().with_(threads=2))
     tiles = [t for t in get_template("dense").space(workload(8, 8, 8)).knobs[0].options if t != "blas"]

@@ -170,11 +170,13 @@ def tile_lanes(code: str, nr: int) -> int | None:
     return lanes
 
 
-def vector_tile(a: str, a_offsets: list[str], a_kstride: str, b: str, b_offset: str, b_kstride: str, n_k: str,
+def vector_tile(a: str, a_offsets: list[str] | str, a_kstride: str, b: str, b_offset: str, b_kstride: str, n_k: str,
                 out: str, c_offset: str, c_rowstride: str, accumulate: str, nr: int, lanes: int) -> Call:
     """The statement calling `codegen.vector_tile.tile_fma` (see there): an MR x NR tile
     (MR = len(a_offsets)) of `a`'s rows times `b` over n_k steps of k, stored or added to
-    `out` (all arrays); offsets and
-    strides are int64 element counts (not `unsigned`: uint64 * int64 is a float in numba)."""
-    return Call(f"tile_fma({a}, ({', '.join(a_offsets)},), {a_kstride}, {b}, {b_offset}, {b_kstride}, {n_k}, "
+    `out` (all arrays); `a_offsets`: one expression per row, or the name of a tuple of them.
+    Offsets and strides are int64 element counts (not `unsigned`: uint64 * int64 is a float
+    in numba)."""
+    rows = a_offsets if isinstance(a_offsets, str) else f"({', '.join(a_offsets)},)"
+    return Call(f"tile_fma({a}, {rows}, {a_kstride}, {b}, {b_offset}, {b_kstride}, {n_k}, "
                 f"{out}, {c_offset}, {c_rowstride}, {accumulate}, {nr}, {lanes})")

@@ -99,7 +99,10 @@ def test_batched_activation_is_flattened():
 def test_generated_source_is_kept_and_readable():
     wl = workload(8, 8, 8)
     k = compile_kernel(DENSE, wl, DENSE.default_config(wl))
-    assert "def blocks(" in k.source and "c3_15 += a3 * b15" in k.source  # 4x16 register tile
+    assert "def blocks(" in k.source and "tile_fma(" in k.source  # the register tile as vector IR
+    slp = compile_kernel(DENSE, wl, DENSE.space(wl).validate({**DENSE.default_config(wl).to_json(),
+                                                               "regtile": "4x16", "tile_code": "slp"}))
+    assert "c3_15 += a3 * b15" in slp.source and "tile_fma" not in slp.source  # 4x16 scalar tile
     assert (cache_dir() / f"k_{k.artifact.key}.py").read_text() == k.source
 
 

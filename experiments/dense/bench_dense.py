@@ -243,7 +243,38 @@ def tile_code_main():
                      + " | ".join(f"{fl / t / 1e9:.0f} ({cpu[0] / t:.2f}x)" for t in cpu[1:]) + " |")
         print(lines[-1], flush=True)
     lines.append("| compile `blocks`, CPU s | - | " + " | ".join(f"{v[0]:.2f}" for v in compile_s.values()) + " |")
-    print("\n".join(lines))
+    print("\n".join(lines + [""] + attention_tile_code()))
+
+
+def attention_tile_code() -> list:
+    """The attention batched matmuls (batch_matmul template, default MB), 1 thread, SLP vs
+    vector-IR tiles side by side with NumPy (CPU time): Markdown table lines."""
+    bmm = get_template("batch_matmul")
+    cases = [("slp", "4x16"), (VEC, "4x16"), (VEC, "2x16"), (VEC, "8x16")]
+    lines = ["| attention | NumPy | " + " | ".join(f"{c} {t}" for c, t in cases) + " |", "|" + "---|" * (len(cases) + 2)]
+    for h, m, k, n in ATTENTION:
+        wl = attention_workload(h, m, k, n)
+        arrays = wl.random_inputs(0)
+        ref = wl.reference(arrays)
+        if len(arrays) > 2:   # scores: / scale + mask, as defaults_main
+            fns = [lambda a=arrays: np.matmul(a[0], a[1]) / a[2] + a[3]]
+        else:
+            fns = [lambda a=arrays: np.matmul(a[0], a[1])]
+        for code, tile in cases:
+            cfg = bmm.space(wl).validate({**bmm.default_config(wl).to_json(), "regtile": tile, "tile_code": code,
+                                          "parallel": False})
+            run = compile_kernel(bmm, wl, cfg).bind([a if s['const'] else None for a, s in zip(arrays, wl.inputs)])
+            out = np.empty(wl.output_shape, np.float32)
+            run(arrays, out)
+            assert np.allclose(out, ref, rtol=1e-3, atol=1e-3), (code, tile)
+            fns.append(lambda run=run, out=out: run(arrays, out))
+        with threadpool_limits(1, user_api="blas"):
+            cpu = side_by_side(fns, rounds=9, clock=time.thread_time)
+        fl = 2 * h * m * k * n
+        lines.append(f"| {h}x({m}x{k} @ {k}x{n}) | {fl / cpu[0] / 1e9:.0f} | "
+                     + " | ".join(f"{fl / t / 1e9:.0f} ({cpu[0] / t:.2f}x)" for t in cpu[1:]) + " |")
+        print(lines[-1], flush=True)
+    return lines
 
 
 def cfg_text(cfg) -> str:

@@ -3,7 +3,8 @@
 with a fused elementwise epilogue (scale, mask add...).
 
 Like dense, full MR x NR tiles run a register tile of scalar locals (SLP-vectorized
-along N, where B rows are contiguous); neither operand is constant, so nothing is
+along N, where B rows are contiguous) or, with `tile_code` "vec<lanes>", as LLVM vector
+IR (`codegen.vector_tile`); neither operand is constant, so nothing is
 packed: A is read in place, B rows directly. Remainder rows and columns run a
 scalar loop (guarded tail). Batch-broadcast index maps are tables computed while lowering.
 Knobs: `regtile` (code); row tiles per work item `MB` and threading (run-time).
@@ -17,7 +18,7 @@ from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Call, In, Launch, Out, Scalar, Table
 from schedules.loopnest import Assign, For, Function, If, LoopModule, Param
 from schedules.microkernel import (F0, k_range, pick_tiles, register_epilogue, register_tile_in_place,
-                                   tile_lanes, vector_shape, vector_tile)
+                                   tile_codes, tile_lanes, vector_shape, vector_tile)
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
@@ -31,7 +32,10 @@ REG_TILES = {
     (4, 16): ("2x16", "4x16", "4x8", "8x8"),                    # 128-bit vectors
 }
 DEFAULT_TILE = {(8, 16): "4x16", (8, 32): "8x16", (16, 32): "8x32", (4, 16): "4x8"}
-DEFAULT_VECTOR_IR = False   # the untuned tile_code: the vector IR ("vec<lanes>") or "slp"
+# the untuned tile_code stays "slp": on the attention matmuls (K = 64..197, B read in place) the
+# vector-IR 4x16 measured 0.83-1.0x of the SLP one, 1 thread (experiments/dense/results.md,
+# 2026-12-01): its epilogue runs over the stored tile, the SLP one in registers
+DEFAULT_VECTOR_IR = False
 
 
 def _epilogue(wl: Workload) -> Epilogue | None:

@@ -2,11 +2,13 @@
 
 The schedule that reaches the FMA peak with numba (FACTS.md): B packed into
 NR-column panels (`Bp[jt, k, 0:NR]`; a constant B once, at prepare time), A read
-in place by MR rows, an MR x NR register tile of scalar locals (SLP-vectorized)
-stored straight from registers, cache blocking of the tile loops and of K, and a
-parallel loop over blocks: one parallel call per dense op. The register tile,
-loop order and parallelism change the code; block sizes are run-time arguments,
-so candidates that differ only in them share one compile.
+in place by MR rows, an MR x NR register tile stored straight from registers, cache
+blocking of the tile loops and of K, and a parallel loop over blocks: one parallel
+call per dense op. The tile is written either as LLVM vector IR (`tile_code`
+"vec<lanes>", `codegen.vector_tile`: the default) or as scalar locals that LLVM's SLP
+pass vectorizes ("slp"). The register tile, its code, loop order and parallelism
+change the code; block sizes are run-time arguments, so candidates that differ only
+in them share one compile.
 
 The register tiles offered depend on the target the kernel is built for: its float
 lanes per vector and vector registers (`vector_bits`, `vector_registers` of the cpu
@@ -42,13 +44,16 @@ REG_TILES = {
     # 128-bit vectors (SSE, NEON)
     (4, 16): ("2x8", "4x4", "4x8", "4x12", "6x8", "8x4", "4x16", "blas"),
 }
-# the untuned tile per vector shape (AVX-512 unmeasured). AVX2: 4x16 (8 accumulators + 2 B + 4
-# broadcasts fit the 16 ymm registers however LLVM schedules them); 6x16 and 4x24 need LLVM to
-# keep one broadcast live at a time and, as generated now, it does not: they spill in the k loop
-# (experiments/dense/results.md). (With 6x16 the recorded-table transfer-learning test in
-# tests/test_cost_model.py once needed more trials with transfer than without: not understood.)
-DEFAULT_TILE = {(8, 16): "4x16", (8, 32): "8x24", (16, 32): "8x32", (4, 16): "4x8"}
-DEFAULT_VECTOR_IR = False   # the untuned tile_code: the vector IR ("vec<lanes>") or "slp"
+# the untuned tile per vector shape (AVX-512 timed nowhere yet), written as LLVM vector IR
+# (`tile_code` "vec<lanes>", codegen.vector_tile). AVX2: 4x24 (12 accumulators + 3 B vectors + one
+# broadcast: 16 ymm, no spill in the k loop) measured 0.90-1.08x OpenBLAS (1 thread, 1024^3 and
+# BERT/ViT shapes) where the SLP tiles reached 0.77-0.96x (4x16; 6x16 and 4x24 as SLP code spill:
+# LLVM keeps every broadcast live), and compiles in about a third of the time
+# (experiments/dense/results.md, 2026-12-01). AVX-512: 8x32 as vector IR cross-compiled for
+# sapphirerapids: 16 zmm FMAs per k, no spill. (With 6x16 the recorded-table transfer-learning
+# test in tests/test_cost_model.py once needed more trials with transfer than without: not understood.)
+DEFAULT_TILE = {(8, 16): "4x24", (8, 32): "8x24", (16, 32): "8x32", (4, 16): "4x8"}
+DEFAULT_VECTOR_IR = True   # the untuned tile_code: the vector IR ("vec<lanes>"), not "slp"
 BLOCKS = (1, 2, 4, 8, 16, 32, 64)
 F0 = "np.float32(0.0)"
 
@@ -226,16 +231,17 @@ def _vector_micro_kernel(mr: int, nr: int, epi: Epilogue, lanes: int) -> tuple:
     """`_micro_kernel` with the tile's k loop as LLVM vector IR (`codegen.vector_tile`): a
     full tile adds its K block's sums to `out` (stores them on the first K block), then on
     the last one the epilogue runs over the stored tile; a tile cut by M or N goes through
-    `ct` as there. A's rows past M read row M - 1 again (never stored)."""
-    a_rows = [f"min(i0 + {r}, M - 1) * K + k0" for r in range(mr)]
-
-    def tile(out: str, offset: str, rowstride: str, accumulate: str):
-        return vector_tile("A", a_rows, "1", "Bp", f"(jt * K + k0) * {nr}", str(nr), "k1 - k0",
-                           out, offset, rowstride, accumulate, nr, lanes)
-    return (Assign("i0", f"it * {mr}"), Assign("j0", f"jt * {nr}"),
-            If(f"i0 + {mr} <= M and j0 + {nr} <= N",
-               (tile("out", "i0 * N + j0", "N", "kb > 0"),) + _stored_tile_epilogue(mr, nr, epi),
-               (tile("ct", "0", str(nr), "False"), For("r", "0", str(mr), _edge_store(nr, epi)))))
+    `ct` as there. One call for both (its IR is inlined: once, not twice, for LLVM to
+    optimize; the tile is stored after its k loop, so choosing the destination costs the
+    loop nothing). A's rows past M read row M - 1 again (never stored)."""
+    a_rows = ", ".join(f"min(i0 + {r}, M - 1) * K + k0" for r in range(mr))
+    return (Assign("i0", f"it * {mr}"), Assign("j0", f"jt * {nr}"), Assign("a_rows", f"({a_rows},)"),
+            Assign("full", f"i0 + {mr} <= M and j0 + {nr} <= N"),
+            If("full", (Assign("dst", "out"), Assign("c_off", "i0 * N + j0"), Assign("c_rs", "N")),
+               (Assign("dst", "ct"), Assign("c_off", "0"), Assign("c_rs", str(nr)))),
+            vector_tile("A", "a_rows", "1", "Bp", f"(jt * K + k0) * {nr}", str(nr), "k1 - k0",
+                        "dst", "c_off", "c_rs", "full and kb > 0", nr, lanes),
+            If("full", _stored_tile_epilogue(mr, nr, epi), (For("r", "0", str(mr), _edge_store(nr, epi)),)))
 
 
 def _k_block_loop(mr: int):

@@ -13,6 +13,8 @@ for the dense shapes and the attention batched matmuls (12 heads of BERT-base / 
 (`tile_code="vec<lanes>"`, several tiles), default blocks, 1 thread CPU time side by side with NumPy;
 and the CPU seconds numba takes to compile the `blocks` function of each (fresh cache).
 Prints a Markdown table (results.md is left alone).
+--avx512-asm: no timing; the dense AVX-512 tiles as vector IR ("vec16") cross-compiled for
+`sapphirerapids` (AVX-512 features, -prefer-256-bit): zmm FMAs and stack accesses in the hot loop.
 """
 import os
 
@@ -277,6 +279,41 @@ def attention_tile_code() -> list:
     return lines
 
 
+def avx512_asm_main():
+    """Each AVX-512 dense tile as vector IR: numba's optimized LLVM IR (compiled here), its target
+    attributes stripped, emitted for sapphirerapids by an llvmlite target machine; per tile the
+    FMAs (zmm) and stack accesses in the loop with the most FMAs, up to its back edge."""
+    import re
+    import tempfile
+    import llvmlite.binding as ll
+    from codegen.build import load_source, parts_for
+    from ir.settings import Settings
+    feats = ll.get_host_cpu_features()
+    for f in ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"):
+        feats[f] = True
+    tm = ll.Target.from_default_triple().create_target_machine(
+        cpu="sapphirerapids", features=feats.flatten() + ",-prefer-256-bit", opt=3)
+    avx512 = {"vector_bits": 512, "vector_registers": 32}
+    wl = workload(128, 768, 768)
+    space = DENSE.space(wl, avx512)
+    settings = Settings.from_env().with_(cache_dir=tempfile.mkdtemp())
+    os.chmod(settings.cache_dir, 0o700)
+    for tile in (t for t in space.knobs[0].options if t != "blas"):
+        cfg = space.validate({**DENSE.default_config(wl, avx512).to_json(), "regtile": tile, "tile_code": "vec16"})
+        [part] = [p for p in parts_for(DENSE.lower(wl, cfg).module, host_target()) if "blocks" in p.functions]
+        fn = load_source(part.source, part.key, list(part.functions), settings, prefix="f_").functions["blocks"]
+        text = re.sub(r'"target-(cpu|features)"="[^"]*"', "", fn.inspect_llvm(fn.signatures[0]))
+        asm = tm.emit_assembly(ll.parse_assembly(text))
+        hot = max(re.split(r"\n(?=\.?L\w+:)", asm), key=lambda b: b.count("vfmadd")).splitlines()
+        back = max(i for i, line in enumerate(hot) if line.strip().startswith(("jne", "jb")))
+        loop = "\n".join(hot[:back])
+        mr, nr = (int(x) for x in tile.split("x"))
+        zmm = len(re.findall(r"vfmadd[^\n]*zmm", loop))
+        stack = len(re.findall(r"[(]%r[sb]p[)]", loop))
+        print(f"{tile}: {loop.count('vfmadd')} FMAs ({zmm} zmm; {mr * nr // 16} per k), {stack} stack accesses",
+              flush=True)
+
+
 def cfg_text(cfg) -> str:
     return " ".join(f"{k}={v}" for k, v in cfg.to_json().items())
 
@@ -286,6 +323,8 @@ def main():
         return defaults_main()
     if "--tile-code" in sys.argv:
         return tile_code_main()
+    if "--avx512-asm" in sys.argv:
+        return avx512_asm_main()
     from ir.settings import Settings, use
     use(Settings.from_env().with_(threads=2))
     tiles = [t for t in get_template("dense").space(workload(8, 8, 8)).knobs[0].options if t != "blas"]

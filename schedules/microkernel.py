@@ -180,3 +180,20 @@ def vector_tile(a: str, a_offsets: list[str] | str, a_kstride: str, b: str, b_of
     rows = a_offsets if isinstance(a_offsets, str) else f"({', '.join(a_offsets)},)"
     return Call(f"tile_fma({a}, {rows}, {a_kstride}, {b}, {b_offset}, {b_kstride}, {n_k}, "
                 f"{out}, {c_offset}, {c_rowstride}, {accumulate}, {nr}, {lanes})")
+
+
+def vector_tile_shape(expr: str) -> tuple[int, int] | None:
+    """(MR, NR) of a `vector_tile` call with its row offsets written out (`expr` of the
+    statement), else None: what the cost model's loop-nest features count for such a tile,
+    as they count the accumulators of a scalar one."""
+    if not expr.startswith("tile_fma(") or "(" not in expr[9:]:
+        return None
+    rest, depth, commas = expr[expr.index("(", 9) + 1:], 1, 0
+    for i, ch in enumerate(rest):
+        depth += ch == "("
+        depth -= ch == ")"
+        commas += ch == "," and depth == 1
+        if depth == 0:
+            break
+    args = [a.strip() for a in expr.rstrip(")").rsplit(",", 2)[1:]]
+    return (commas, int(args[0])) if commas and args[0].isdigit() else None

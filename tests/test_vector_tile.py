@@ -106,3 +106,17 @@ print(json.dumps({{"cached": cm.cached, "row": C[:16].tolist()}}))
     assert p.returncode == 0, p.stderr
     got = json.loads(p.stdout.strip().splitlines()[-1])
     assert got == {"cached": True, "row": [float(c + (c + 16) + (c + 32)) for c in range(16)]}
+
+
+def test_cost_model_features_see_the_vector_tile_as_they_see_the_scalar_one():
+    from schedules import get_template
+    from tests.template_cases import make_wl
+    from tuner.cost_model.features import loop_nest_features
+    dense = get_template("dense")
+    wl = make_wl([("MatMul", ["i0", "i1"], {})], [((5, 19), "float32", False), ((19, 37), "float32", True)])
+    avx2 = {"vector_bits": 256, "vector_registers": 16}
+    space = dense.space(wl, avx2)
+    rows = {code: loop_nest_features(dense.lower(wl, space.validate({**dense.default_config(wl, avx2).to_json(),
+                                                                     "regtile": "6x16", "tile_code": code})).module)
+            for code in ("slp", "vec8")}
+    assert rows["vec8"][:3] == rows["slp"][:3] == [pytest.approx(np.log2(96)), 22.0, pytest.approx(96 / 22)]

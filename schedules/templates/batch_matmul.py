@@ -73,7 +73,7 @@ class BatchMatmulTemplate(Template):
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         epi = _epilogue(wl)
         mr, nr = (int(v) for v in cfg["regtile"].split("x"))
-        lanes = tile_lanes(cfg["tile_code"], nr)
+        lanes = tile_lanes(cfg.get("tile_code", "slp"), nr)   # configs recorded before the knob: slp, as they ran
         module = LoopModule((_kernel(mr, nr, epi, lanes),), doc=f"batch_matmul kernel: regtile={mr}x{nr}, "
                             + (f"tile_code={cfg['tile_code']}, " if lanes else "") +
                             f"epilogue {[st[0]['op'] for st in epi.steps]}", meta={"template": f"batch_matmul v{self.version}"})

@@ -112,7 +112,7 @@ class DenseTemplate(Template):
         if cfg["regtile"] == "blas":
             return self._lower_blas(cfg, epi, extras, M, K, N)
         mr, nr = (int(x) for x in cfg["regtile"].split("x"))
-        lanes = tile_lanes(cfg["tile_code"], nr)
+        lanes = tile_lanes(cfg.get("tile_code", "slp"), nr)   # configs recorded before the knob: slp, as they ran
         module = LoopModule((_pack_b(nr), _blocks(mr, nr, cfg["order"], epi, lanes)),
                             doc=f"dense kernel: regtile={mr}x{nr} order={cfg['order']}"
                                 + (f" tile_code={cfg['tile_code']}" if lanes else "")
@@ -234,12 +234,12 @@ def _vector_micro_kernel(mr: int, nr: int, epi: Epilogue, lanes: int) -> tuple:
     `ct` as there. One call for both (its IR is inlined: once, not twice, for LLVM to
     optimize; the tile is stored after its k loop, so choosing the destination costs the
     loop nothing). A's rows past M read row M - 1 again (never stored)."""
-    a_rows = ", ".join(f"min(i0 + {r}, M - 1) * K + k0" for r in range(mr))
-    return (Assign("i0", f"it * {mr}"), Assign("j0", f"jt * {nr}"), Assign("a_rows", f"({a_rows},)"),
+    a_rows = [f"min(i0 + {r}, M - 1) * K + k0" for r in range(mr)]
+    return (Assign("i0", f"it * {mr}"), Assign("j0", f"jt * {nr}"),
             Assign("full", f"i0 + {mr} <= M and j0 + {nr} <= N"),
             If("full", (Assign("dst", "out"), Assign("c_off", "i0 * N + j0"), Assign("c_rs", "N")),
                (Assign("dst", "ct"), Assign("c_off", "0"), Assign("c_rs", str(nr)))),
-            vector_tile("A", "a_rows", "1", "Bp", f"(jt * K + k0) * {nr}", str(nr), "k1 - k0",
+            vector_tile("A", a_rows, "1", "Bp", f"(jt * K + k0) * {nr}", str(nr), "k1 - k0",
                         "dst", "c_off", "c_rs", "full and kb > 0", nr, lanes),
             If("full", _stored_tile_epilogue(mr, nr, epi), (For("r", "0", str(mr), _edge_store(nr, epi)),)))
 

@@ -13,10 +13,10 @@ once in IR, as a BLAS micro-kernel is: MR*NR/lanes `<lanes x float>` accumulator
     tile_fma(A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k,
              C, c_offset, c_rowstride, accumulate, NR, LANES)
 
-Offsets and strides count elements from each array's data pointer (any layout; the
-caller makes them non-negative and in bounds): row r of the tile reads A at
-`a_offsets[r] + k * a_kstride` (MR = len(a_offsets)), B at `b_offset + k * b_kstride
-+ c` for c < NR (contiguous), k = 0 .. n_k - 1. The tile is stored (or, where
+Offsets and strides count elements from each array's data pointer (any layout; nothing
+is bounds-checked: every address the tile touches must lie in its array). Row r of the
+tile reads A at `a_offsets[r] + k * a_kstride` (MR = len(a_offsets)), B at
+`b_offset + k * b_kstride + c` for c < NR (contiguous), k = 0 .. n_k - 1. The tile is stored (or, where
 `accumulate` is true, added) to C at `c_offset + r * c_rowstride + c`. NR and LANES
 (float32 lanes per vector: `schedules.microkernel.vector_shape`) are integer literals
 in the source (NR a multiple of LANES); they fix the code shape. float32 only.

@@ -15,6 +15,10 @@ What differs between templates is passed in: how one A and one B element is read
 at k (`a_load(r)`, `b_load(c)`: expressions), how the k loops wrap the body
 (`k_loops(body)`: one `For` over k, or conv's loops over channels and the kernel
 window), and the body of the store loop over r (`store`, which reads `ct[r, c]`).
+
+The same tile can instead be one call of `codegen.vector_tile.tile_fma` (`vector_tile`,
+knob value "vec<lanes>" of `tile_codes`): the k loop as LLVM vector IR, which spills
+less and compiles in a fraction of the time (experiments/dense/results.md).
 """
 from __future__ import annotations
 

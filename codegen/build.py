@@ -40,7 +40,7 @@ except ImportError:   # not POSIX: concurrent compiles of one file only repeat w
     fcntl = None
 
 from codegen.cache_safety import CacheError, cache_files, discard, private_dir, verified, write_manifest
-from codegen.source import HEADER, render, render_function
+from codegen.source import HEADER, helper_imports, render, render_function
 from codegen.target import Target
 from ir.settings import Settings, resolve
 from schedules.loopnest import LoopModule
@@ -132,7 +132,8 @@ def parts_for(module: LoopModule, target: Target) -> list[Part]:
               f"# cpu {target.cpu_name}, numba {target.numba}, llvmlite {target.llvmlite}, slp on\n")
     parts = []
     for names in _groups(texts):
-        src = banner + HEADER + "".join("\n\n" + texts[n] for n in names)
+        bodies = "".join("\n\n" + texts[n] for n in names)
+        src = banner + HEADER + helper_imports(bodies) + bodies
         parts.append(Part(hashlib.sha256(src.encode()).hexdigest()[:24], src, tuple(names)))
     return parts
 

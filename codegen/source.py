@@ -21,6 +21,17 @@ HEADER = ("import math\nimport numpy as np\nfrom numba import njit, prange\n"
           "from codegen.numba_pipeline import LeanCompiler\nfrom codegen.checks import index_in\n")
 
 
+def helper_imports(text: str) -> str:
+    """Import lines for the compiled helpers that `text` calls (`codegen.vector_tile`'s
+    intrinsic), each naming the helper's version: numba's cache does not track the helper's
+    file, so a new version must change the source (hence its cache key). Imported only
+    when used, so that other sources (and this module) stay free of numba."""
+    if not re.search(r"\btile_fma\(", text):
+        return ""
+    from codegen.vector_tile import VERSION
+    return f"from codegen.vector_tile import tile_fma  # vector_tile v{VERSION}\n"
+
+
 def _subst(text: str, var: str, value: int) -> str:
     return re.sub(rf"\b{re.escape(var)}\b", str(value), text)
 
@@ -164,7 +175,6 @@ def render(module: LoopModule, banner: str = "", header: str = HEADER, decorator
         parts.append("".join(f"# {line}\n" for line in banner.splitlines()))
     if module.doc:
         parts.append('"""' + module.doc + '"""\n')
-    parts.append(header)
-    for fn in module.functions:
-        parts.append("\n\n" + render_function(fn, decorator, alloc, lean))
-    return "".join(parts)
+    bodies = ["\n\n" + render_function(fn, decorator, alloc, lean) for fn in module.functions]
+    parts.append(header + helper_imports("".join(bodies)))
+    return "".join(parts + bodies)

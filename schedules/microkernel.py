@@ -15,12 +15,16 @@ What differs between templates is passed in: how one A and one B element is read
 at k (`a_load(r)`, `b_load(c)`: expressions), how the k loops wrap the body
 (`k_loops(body)`: one `For` over k, or conv's loops over channels and the kernel
 window), and the body of the store loop over r (`store`, which reads `ct[r, c]`).
+
+The same tile can instead be one call of `codegen.vector_tile.tile_fma` (`vector_tile`,
+knob value "vec<lanes>" of `tile_codes`): the k loop as LLVM vector IR, which spills
+less and compiles in a fraction of the time (experiments/dense/results.md).
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from schedules.loopnest import Assign, Comment, For, If
+from schedules.loopnest import Assign, Call, Comment, For, If
 
 F0 = "np.float32(0.0)"
 
@@ -149,3 +153,51 @@ def register_tile_in_place(mr: int, nr: int, a_load: Callable[[int], str], b_loa
         store = (If(full, store, spill),)
     return init + ((Comment(comment),) if comment else ()) \
         + tuple(k_loops(_k_body(mr, nr, a_load, b_load))) + store
+
+
+def tile_codes(target=None) -> tuple[str, str]:
+    """How the register tile's code can be written, for `target` (as `vector_shape`): "slp" (the
+    scalar locals above, vectorized by LLVM's SLP pass) or "vec<lanes>" (`codegen.vector_tile`:
+    the k loop as explicit LLVM vector IR of the target's float lanes, e.g. "vec8" on AVX2,
+    "vec16" on AVX-512). The lanes are in the value so that lowering needs no target."""
+    return ("slp", f"vec{vector_shape(target)[0]}")
+
+
+def tile_lanes(code: str, nr: int) -> int | None:
+    """The vector lanes of tile code `code` for an NR-column tile (halved until they divide NR),
+    or None for "slp"."""
+    if code == "slp":
+        return None
+    lanes = int(code.removeprefix("vec"))
+    while nr % lanes:
+        lanes //= 2
+    return lanes
+
+
+def vector_tile(a: str, a_offsets: list[str] | str, a_kstride: str, b: str, b_offset: str, b_kstride: str, n_k: str,
+                out: str, c_offset: str, c_rowstride: str, accumulate: str, nr: int, lanes: int) -> Call:
+    """The statement calling `codegen.vector_tile.tile_fma` (see there): an MR x NR tile
+    (MR = len(a_offsets)) of `a`'s rows times `b` over n_k steps of k, stored or added to
+    `out` (all arrays); `a_offsets`: one expression per row, or the name of a tuple of them.
+    Offsets and strides are int64 element counts (not `unsigned`: uint64 * int64 is a float
+    in numba)."""
+    rows = a_offsets if isinstance(a_offsets, str) else f"({', '.join(a_offsets)},)"
+    return Call(f"tile_fma({a}, {rows}, {a_kstride}, {b}, {b_offset}, {b_kstride}, {n_k}, "
+                f"{out}, {c_offset}, {c_rowstride}, {accumulate}, {nr}, {lanes})")
+
+
+def vector_tile_shape(expr: str) -> tuple[int, int] | None:
+    """(MR, NR) of a `vector_tile` call with its row offsets written out (`expr` of the
+    statement), else None: what the cost model's loop-nest features count for such a tile,
+    as they count the accumulators of a scalar one."""
+    if not expr.startswith("tile_fma(") or "(" not in expr[9:]:
+        return None
+    rest, depth, commas = expr[expr.index("(", 9) + 1:], 1, 0
+    for i, ch in enumerate(rest):
+        depth += ch == "("
+        depth -= ch == ")"
+        commas += ch == "," and depth == 1
+        if depth == 0:
+            break
+    args = [a.strip() for a in expr.rstrip(")").rsplit(",", 2)[1:]]
+    return (commas, int(args[0])) if commas and args[0].isdigit() else None

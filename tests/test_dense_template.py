@@ -48,9 +48,9 @@ def compiled_code_shapes():
 def test_space_has_the_knobs_the_issue_asks_for():
     space = DENSE.space(workload(32, 256, 256))
     names = {k.name for k in space.knobs}
-    assert {"MB", "NB", "KB", "order", "parallel", "regtile"} <= names
+    assert {"MB", "NB", "KB", "order", "parallel", "regtile", "tile_code"} <= names
     code = {k.name for k in space.knobs if k.code_shape}
-    assert code == {"regtile", "order"}  # block sizes and threading are run-time arguments
+    assert code == {"regtile", "order", "tile_code"}  # block sizes and threading are run-time arguments
     assert len(space) > 1000
 
 
@@ -99,7 +99,10 @@ def test_batched_activation_is_flattened():
 def test_generated_source_is_kept_and_readable():
     wl = workload(8, 8, 8)
     k = compile_kernel(DENSE, wl, DENSE.default_config(wl))
-    assert "def blocks(" in k.source and "c3_15 += a3 * b15" in k.source  # 4x16 register tile
+    assert "def blocks(" in k.source and "tile_fma(" in k.source  # the register tile as vector IR
+    slp = compile_kernel(DENSE, wl, DENSE.space(wl).validate({**DENSE.default_config(wl).to_json(),
+                                                               "regtile": "4x16", "tile_code": "slp"}))
+    assert "c3_15 += a3 * b15" in slp.source and "tile_fma" not in slp.source  # 4x16 scalar tile
     assert (cache_dir() / f"k_{k.artifact.key}.py").read_text() == k.source
 
 

@@ -19,14 +19,14 @@ def attention(b, h, m, k, n):
                     ((b, 1, 1, n), "float32", False)])
 
 
-TILES = ["4x16", "2x16"]
+TILES = [("4x16", "slp"), ("2x16", "slp"), ("4x16", "vec8"), ("2x16", "vec8")]   # (regtile, tile_code)
 
 
 @pytest.fixture(scope="module")
 def compiled():
     wl = attention(1, 2, 5, 3, 7)
-    precompile("batch_matmul", [(wl, BMM.space(wl).validate({**BMM.default_config(wl).to_json(), "regtile": t}))
-                                for t in TILES])
+    precompile("batch_matmul", [(wl, BMM.space(wl).validate({**BMM.default_config(wl).to_json(), "regtile": t,
+                                                              "tile_code": c})) for t, c in TILES])
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -37,7 +37,8 @@ def test_random_shapes_and_configs_match_numpy(compiled, data, b, h, m, k, n):
     assert BMM.matches(wl)
     space = BMM.space(wl)
     values = {kn.name: data.draw(st.sampled_from(kn.options)) for kn in space.knobs if not kn.code_shape}
-    check(BMM, wl, space.validate({**values, "regtile": data.draw(st.sampled_from(TILES))}))
+    tile, code = data.draw(st.sampled_from(TILES))
+    check(BMM, wl, space.validate({**values, "regtile": tile, "tile_code": code}))
 
 
 def test_broadcast_batch_without_epilogue():

@@ -36,15 +36,26 @@ def _cases():
                               {"regtile": "2x16"}),
         "dense_4x16": ("dense", make_wl([("MatMul", ["i0", "i1"], {}), ("Add", ["t0", "i2"], {}), ("Relu", ["t1"], {})],
                                         [((5, 19), "float32", False), ((19, 37), "float32", True),
-                                         ((37,), "float32", True)]), {"regtile": "4x16", "order": "ji"}),
+                                         ((37,), "float32", True)]), {"regtile": "4x16", "order": "ji", "tile_code": "slp"}),
+        # the register tile as LLVM vector IR (codegen.vector_tile), for AVX2's 8 lanes whatever this CPU
+        "dense_6x16_vec8": ("dense", make_wl([("MatMul", ["i0", "i1"], {}), ("Add", ["t0", "i2"], {}), ("Relu", ["t1"], {})],
+                                             [((5, 19), "float32", False), ((19, 37), "float32", True),
+                                              ((37,), "float32", True)]), {"regtile": "6x16", "order": "ji", "tile_code": "vec8"}),
+        "batch_matmul_4x16_vec8": ("batch_matmul", make_wl([("MatMul", ["i0", "i1"], {})],
+                                                           [((2, 5, 3), "float32", False), ((2, 3, 7), "float32", False)]),
+                                   {"regtile": "4x16", "tile_code": "vec8"}),
     }
+
+
+AVX2 = {"vector_bits": 256, "vector_registers": 16}
 
 
 @pytest.mark.parametrize("name", sorted(_cases()))
 def test_generated_source_matches_golden(name):
     template_name, wl, code = _cases()[name]
     t = get_template(template_name)
-    cfg = t.space(wl).validate({**t.default_config(wl).to_json(), **code})
+    on = (AVX2,) if "vec8" in code.values() else ()   # the target, for the templates whose space takes one
+    cfg = t.space(wl, *on).validate({**t.default_config(wl, *on).to_json(), **code})
     src = render(t.lower(wl, cfg).module)
     path = GOLDEN / f"{name}.py.txt"
     if os.environ.get("TENSORTUNE_REGEN_GOLDEN"):

@@ -6,9 +6,15 @@ loop order) and a few run-time block settings: a brute-force stand-in for the tu
 so the table shows what the space contains. The best config and NumPy are then timed
 again in alternating rounds (medians), so load from other processes hits both alike.
 
-Run: python experiments/dense/bench_dense.py [--quick | --defaults]   (writes results.md and dense.png here)
+Run: python experiments/dense/bench_dense.py [--quick | --defaults | --tile-code]   (writes results.md and dense.png here)
 --defaults: no sweep; the template's default config (what an untuned model runs) against NumPy,
 for the dense shapes and the attention batched matmuls (12 heads of BERT-base / ViT-B).
+--tile-code: the register tile as SLP scalars (today's default 4x16) vs as LLVM vector IR
+(`tile_code="vec<lanes>"`, several tiles), default blocks, 1 thread CPU time side by side with NumPy;
+and the CPU seconds numba takes to compile the `blocks` function of each (fresh cache).
+Prints a Markdown table (results.md is left alone).
+--avx512-asm: no timing; the dense AVX-512 tiles as vector IR ("vec16") cross-compiled for
+`sapphirerapids` (AVX-512 features, -prefer-256-bit): zmm FMAs and stack accesses in the hot loop.
 """
 import os
 
@@ -28,6 +34,7 @@ from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
 from codegen import compile_kernel, host_target  # noqa: E402
 from ir import import_onnx, make_workload, partition, simplify  # noqa: E402
 from schedules import get_template  # noqa: E402
+from schedules.microkernel import tile_codes  # noqa: E402
 
 HERE = Path(__file__).parent
 DENSE = get_template("dense")
@@ -190,6 +197,123 @@ def defaults_main():
     (HERE / "defaults.md").write_text("\n".join(lines) + "\n")
 
 
+VEC = tile_codes()[1]   # this machine's vector IR tile code ("vec8" on AVX2)
+TILE_CODE_CASES = [("slp", "4x16"), (VEC, "4x16"), (VEC, "6x16"), (VEC, "4x24"), (VEC, "8x8"), (VEC, "3x24")]
+
+
+def compile_cpu_seconds(wl, cfg) -> float:
+    """CPU seconds numba takes for the `blocks` function of `cfg` (the code shape's own part;
+    the B packing is shared by every tile of one NR), in a fresh kernel cache."""
+    import tempfile
+    from codegen.build import load_source, parts_for
+    from ir.settings import Settings
+    [part] = [p for p in parts_for(DENSE.lower(wl, cfg).module, host_target()) if "blocks" in p.functions]
+    with tempfile.TemporaryDirectory() as d:
+        os.chmod(d, 0o700)
+        t0 = time.process_time()
+        load_source(part.source, part.key, list(part.functions), Settings.from_env().with_(cache_dir=d), prefix="f_")
+        return time.process_time() - t0
+
+
+def tile_code_main():
+    """SLP tile vs vector-IR tiles, default blocks, 1 thread: GFLOP per CPU-second side by side."""
+    from ir.settings import Settings, use
+    use(Settings.from_env().with_(threads=1))
+    header = "| M x K x N | NumPy | " + " | ".join(f"{c} {t}" for c, t in TILE_CODE_CASES) + " |"
+    lines = [header, "|" + "---|" * (len(TILE_CODE_CASES) + 2)]
+    compile_s = {case: [] for case in TILE_CODE_CASES}
+    for m, k, n in SHAPES:
+        wl = workload(m, k, n)
+        arrays = wl.random_inputs(0)
+        consts = [a if s["const"] else None for a, s in zip(arrays, wl.inputs)]
+        x, w = arrays[:2]
+        fns = [lambda: x @ w]
+        for code, tile in TILE_CODE_CASES:
+            cfg = DENSE.space(wl).validate({**DENSE.default_config(wl).to_json(), "regtile": tile, "tile_code": code,
+                                            "parallel": False})
+            if (m, k, n) == SHAPES[0]:
+                compile_s[(code, tile)].append(compile_cpu_seconds(wl, cfg))
+            run = compile_kernel(DENSE, wl, cfg).bind(consts)
+            out = np.empty(wl.output_shape, np.float32)
+            run(arrays, out)
+            assert np.allclose(out, x @ w, rtol=1e-3, atol=1e-3), (code, tile)
+            fns.append(lambda run=run, out=out: run(arrays, out))
+        with threadpool_limits(1, user_api="blas"):
+            cpu = side_by_side(fns, rounds=9, clock=time.thread_time)
+        fl = 2 * m * n * k
+        lines.append(f"| {m}x{k}x{n} | {fl / cpu[0] / 1e9:.0f} | "
+                     + " | ".join(f"{fl / t / 1e9:.0f} ({cpu[0] / t:.2f}x)" for t in cpu[1:]) + " |")
+        print(lines[-1], flush=True)
+    lines.append("| compile `blocks`, CPU s | - | " + " | ".join(f"{v[0]:.2f}" for v in compile_s.values()) + " |")
+    print("\n".join(lines + [""] + attention_tile_code()))
+
+
+def attention_tile_code() -> list:
+    """The attention batched matmuls (batch_matmul template, default MB), 1 thread, SLP vs
+    vector-IR tiles side by side with NumPy (CPU time): Markdown table lines."""
+    bmm = get_template("batch_matmul")
+    cases = [("slp", "4x16"), (VEC, "4x16"), (VEC, "2x16"), (VEC, "8x16")]
+    lines = ["| attention | NumPy | " + " | ".join(f"{c} {t}" for c, t in cases) + " |", "|" + "---|" * (len(cases) + 2)]
+    for h, m, k, n in ATTENTION:
+        wl = attention_workload(h, m, k, n)
+        arrays = wl.random_inputs(0)
+        ref = wl.reference(arrays)
+        if len(arrays) > 2:   # scores: / scale + mask, as defaults_main
+            fns = [lambda a=arrays: np.matmul(a[0], a[1]) / a[2] + a[3]]
+        else:
+            fns = [lambda a=arrays: np.matmul(a[0], a[1])]
+        for code, tile in cases:
+            cfg = bmm.space(wl).validate({**bmm.default_config(wl).to_json(), "regtile": tile, "tile_code": code,
+                                          "parallel": False})
+            run = compile_kernel(bmm, wl, cfg).bind([a if s['const'] else None for a, s in zip(arrays, wl.inputs)])
+            out = np.empty(wl.output_shape, np.float32)
+            run(arrays, out)
+            assert np.allclose(out, ref, rtol=1e-3, atol=1e-3), (code, tile)
+            fns.append(lambda run=run, out=out: run(arrays, out))
+        with threadpool_limits(1, user_api="blas"):
+            cpu = side_by_side(fns, rounds=9, clock=time.thread_time)
+        fl = 2 * h * m * k * n
+        lines.append(f"| {h}x({m}x{k} @ {k}x{n}) | {fl / cpu[0] / 1e9:.0f} | "
+                     + " | ".join(f"{fl / t / 1e9:.0f} ({cpu[0] / t:.2f}x)" for t in cpu[1:]) + " |")
+        print(lines[-1], flush=True)
+    return lines
+
+
+def avx512_asm_main():
+    """Each AVX-512 dense tile as vector IR: numba's optimized LLVM IR (compiled here), its target
+    attributes stripped, emitted for sapphirerapids by an llvmlite target machine; per tile the
+    FMAs (zmm) and stack accesses in the loop with the most FMAs, up to its back edge."""
+    import re
+    import tempfile
+    import llvmlite.binding as ll
+    from codegen.build import load_source, parts_for
+    from ir.settings import Settings
+    feats = ll.get_host_cpu_features()
+    for f in ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"):
+        feats[f] = True
+    tm = ll.Target.from_default_triple().create_target_machine(
+        cpu="sapphirerapids", features=feats.flatten() + ",-prefer-256-bit", opt=3)
+    avx512 = {"vector_bits": 512, "vector_registers": 32}
+    wl = workload(128, 768, 768)
+    space = DENSE.space(wl, avx512)
+    settings = Settings.from_env().with_(cache_dir=tempfile.mkdtemp())
+    os.chmod(settings.cache_dir, 0o700)
+    for tile in (t for t in space.knobs[0].options if t != "blas"):
+        cfg = space.validate({**DENSE.default_config(wl, avx512).to_json(), "regtile": tile, "tile_code": "vec16"})
+        [part] = [p for p in parts_for(DENSE.lower(wl, cfg).module, host_target()) if "blocks" in p.functions]
+        fn = load_source(part.source, part.key, list(part.functions), settings, prefix="f_").functions["blocks"]
+        text = re.sub(r'"target-(cpu|features)"="[^"]*"', "", fn.inspect_llvm(fn.signatures[0]))
+        asm = tm.emit_assembly(ll.parse_assembly(text))
+        hot = max(re.split(r"\n(?=\.?L\w+:)", asm), key=lambda b: b.count("vfmadd")).splitlines()
+        back = max(i for i, line in enumerate(hot) if line.strip().startswith(("jne", "jb")))
+        loop = "\n".join(hot[:back])
+        mr, nr = (int(x) for x in tile.split("x"))
+        zmm = len(re.findall(r"vfmadd[^\n]*zmm", loop))
+        stack = len(re.findall(r"[(]%r[sb]p[)]", loop))
+        print(f"{tile}: {loop.count('vfmadd')} FMAs ({zmm} zmm; {mr * nr // 16} per k), {stack} stack accesses",
+              flush=True)
+
+
 def cfg_text(cfg) -> str:
     return " ".join(f"{k}={v}" for k, v in cfg.to_json().items())
 
@@ -197,6 +321,10 @@ def cfg_text(cfg) -> str:
 def main():
     if DEFAULTS:
         return defaults_main()
+    if "--tile-code" in sys.argv:
+        return tile_code_main()
+    if "--avx512-asm" in sys.argv:
+        return avx512_asm_main()
     from ir.settings import Settings, use
     use(Settings.from_env().with_(threads=2))
     tiles = [t for t in get_template("dense").space(workload(8, 8, 8)).knobs[0].options if t != "blas"]

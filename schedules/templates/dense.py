@@ -2,11 +2,13 @@
 
 The schedule that reaches the FMA peak with numba (FACTS.md): B packed into
 NR-column panels (`Bp[jt, k, 0:NR]`; a constant B once, at prepare time), A read
-in place by MR rows, an MR x NR register tile of scalar locals (SLP-vectorized)
-stored straight from registers, cache blocking of the tile loops and of K, and a
-parallel loop over blocks: one parallel call per dense op. The register tile,
-loop order and parallelism change the code; block sizes are run-time arguments,
-so candidates that differ only in them share one compile.
+in place by MR rows, an MR x NR register tile stored straight from registers, cache
+blocking of the tile loops and of K, and a parallel loop over blocks: one parallel
+call per dense op. The tile is written either as LLVM vector IR (`tile_code`
+"vec<lanes>", `codegen.vector_tile`: the default) or as scalar locals that LLVM's SLP
+pass vectorizes ("slp"). The register tile, its code, loop order and parallelism
+change the code; block sizes are run-time arguments, so candidates that differ only
+in them share one compile.
 
 The register tiles offered depend on the target the kernel is built for: its float
 lanes per vector and vector registers (`vector_bits`, `vector_registers` of the cpu
@@ -19,7 +21,8 @@ from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Buffer, Call, In, Launch, Library, Out, Packed, Scalar, Work
 from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param
-from schedules.microkernel import pick_tiles, register_epilogue, register_tile_in_place, unsigned, vector_shape
+from schedules.microkernel import (pick_tiles, register_epilogue, register_tile_in_place, tile_codes, tile_lanes,
+                                   unsigned, vector_shape, vector_tile)
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob, split_options
 from schedules.template import Lowered, Template
@@ -41,12 +44,16 @@ REG_TILES = {
     # 128-bit vectors (SSE, NEON)
     (4, 16): ("2x8", "4x4", "4x8", "4x12", "6x8", "8x4", "4x16", "blas"),
 }
-# the untuned tile per vector shape (AVX-512 unmeasured). AVX2: 4x16 (8 accumulators + 2 B + 4
-# broadcasts fit the 16 ymm registers however LLVM schedules them); 6x16 and 4x24 need LLVM to
-# keep one broadcast live at a time and, as generated now, it does not: they spill in the k loop
-# (experiments/dense/results.md). (With 6x16 the recorded-table transfer-learning test in
-# tests/test_cost_model.py once needed more trials with transfer than without: not understood.)
-DEFAULT_TILE = {(8, 16): "4x16", (8, 32): "8x24", (16, 32): "8x32", (4, 16): "4x8"}
+# the untuned tile per vector shape (AVX-512 timed nowhere yet), written as LLVM vector IR
+# (`tile_code` "vec<lanes>", codegen.vector_tile). AVX2: 4x24 (12 accumulators + 3 B vectors + one
+# broadcast: 16 ymm, no spill in the k loop) measured 0.90-1.08x OpenBLAS (1 thread, 1024^3 and
+# BERT/ViT shapes) where the SLP tiles reached 0.77-0.96x (4x16; 6x16 and 4x24 as SLP code spill:
+# LLVM keeps every broadcast live), and compiles in about a third of the time
+# (experiments/dense/results.md, 2026-12-01). AVX-512: 8x32 as vector IR cross-compiled for
+# sapphirerapids: 16 zmm FMAs per k, no spill. (With 6x16 the recorded-table transfer-learning
+# test in tests/test_cost_model.py once needed more trials with transfer than without: not understood.)
+DEFAULT_TILE = {(8, 16): "4x24", (8, 32): "8x24", (16, 32): "8x32", (4, 16): "4x8"}
+DEFAULT_VECTOR_IR = True   # the untuned tile_code: the vector IR ("vec<lanes>"), not "slp"
 BLOCKS = (1, 2, 4, 8, 16, 32, 64)
 F0 = "np.float32(0.0)"
 
@@ -81,6 +88,7 @@ class DenseTemplate(Template):
             Knob("MB", BLOCKS, code_shape=False),
             Knob("NB", BLOCKS, code_shape=False),
             Knob("KB", k_opts, code_shape=False),
+            Knob("tile_code", tile_codes(target)),
         ])
 
     def default_config(self, wl: Workload, target=None) -> Config:
@@ -93,7 +101,7 @@ class DenseTemplate(Template):
         # (ij with MB = 4 re-read B 5x for M = 128: 0.55-0.6x NumPy at 128x3072x768, ji 0.95x)
         return space.validate({"regtile": pick_tiles(DEFAULT_TILE, *vector_shape(target)), "order": "ji",
                                "parallel": wl.flops() >= 50_000_000,
-                               "MB": 32, "NB": 4, "KB": kb})
+                               "MB": 32, "NB": 4, "KB": kb, "tile_code": tile_codes(target)[1 if DEFAULT_VECTOR_IR else 0]})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         a, b = _problem(wl)
@@ -104,8 +112,11 @@ class DenseTemplate(Template):
         if cfg["regtile"] == "blas":
             return self._lower_blas(cfg, epi, extras, M, K, N)
         mr, nr = (int(x) for x in cfg["regtile"].split("x"))
-        module = LoopModule((_pack_b(nr), _blocks(mr, nr, cfg["order"], epi)),
-                            doc=f"dense kernel: regtile={mr}x{nr} order={cfg['order']}, epilogue {[st[0]['op'] for st in epi.steps]}",
+        lanes = tile_lanes(cfg.get("tile_code", "slp"), nr)   # configs recorded before the knob: slp, as they ran
+        module = LoopModule((_pack_b(nr), _blocks(mr, nr, cfg["order"], epi, lanes)),
+                            doc=f"dense kernel: regtile={mr}x{nr} order={cfg['order']}"
+                                + (f" tile_code={cfg['tile_code']}" if lanes else "")
+                                + f", epilogue {[st[0]['op'] for st in epi.steps]}",
                             meta={"template": f"dense v{self.version}"})
         MB, NB, KB = cfg["MB"], cfg["NB"], cfg["KB"]
         n_mt, n_nt = -(-M // mr), -(-N // nr)
@@ -169,16 +180,12 @@ def _pack_b(nr: int) -> Function:
                                Param("K", "int64"), Param("N", "int64"), Param("t", "int64"), Param("T", "int64")), body)
 
 
-def _micro_kernel(mr: int, nr: int, epi: Epilogue) -> tuple:
-    """Register tile over one K block. Partial sums of earlier K blocks are accumulated in
-    `out` itself (no M x N scratch buffer to pull through the caches): a full tile loads
-    them into its accumulators and stores them back from registers (vector moves); a tile
-    cut by M or N stores into `ct` and adds that to `out` in a scalar loop. On the last K
-    block a short epilogue is applied to the accumulators before the store
-    (`register_epilogue`), a long one in a loop over the stored tile after it."""
+def _edge_store(nr: int, epi: Epilogue) -> tuple:
+    """The body of the loop over r that adds row r of the scratch tile `ct` (a tile cut by M
+    or N) to what lies inside `out`, with the epilogue on the last K block."""
     assigns, result = epi.emit("v", "i", "j", "e")
     epilogue = tuple(Assign(n, e) for n, e in assigns) + (Assign("out[i, j]", result),)
-    edge = (
+    return (
         Assign("i", "i0 + r"),
         If("i < M", (
             For("c", "0", f"min({nr}, N - j0)", (
@@ -189,19 +196,52 @@ def _micro_kernel(mr: int, nr: int, epi: Epilogue) -> tuple:
             )),
         )),
     )
-    in_registers = register_epilogue(epi, mr, nr, lambda r: f"i0 + {r}", "j0")
-    # a long epilogue on a full tile: a loop over its stored rows at unsigned indices (with
-    # numba's wraparound selects on j the loop stayed scalar: GELU cost ~7 ns per element)
+
+
+def _stored_tile_epilogue(mr: int, nr: int, epi: Epilogue) -> tuple:
+    """On the last K block, the epilogue as a loop over a full tile's stored rows at unsigned
+    indices (with numba's wraparound selects on j the loop stayed scalar: GELU cost ~7 ns per
+    element)."""
+    if not epi.steps:
+        return ()
     row_assigns, row_result = epi.emit("v", "iu", "ju", "e")
-    after = (If("kb == n_kb - 1", (For("r", "0", str(mr), (
+    return (If("kb == n_kb - 1", (For("r", "0", str(mr), (
         Assign("iu", unsigned("i0 + r")), For("c", "0", str(nr), (
             Assign("ju", unsigned("j0 + c")), Assign("v", "out[iu, ju]"))
-            + tuple(Assign(n, e) for n, e in row_assigns) + (Assign("out[iu, ju]", row_result),)))),)),) \
-        if epi.steps and not in_registers else ()
+            + tuple(Assign(n, e) for n, e in row_assigns) + (Assign("out[iu, ju]", row_result),)))),)),)
+
+
+def _micro_kernel(mr: int, nr: int, epi: Epilogue) -> tuple:
+    """Register tile over one K block. Partial sums of earlier K blocks are accumulated in
+    `out` itself (no M x N scratch buffer to pull through the caches): a full tile loads
+    them into its accumulators and stores them back from registers (vector moves); a tile
+    cut by M or N stores into `ct` and adds that to `out` in a scalar loop. On the last K
+    block a short epilogue is applied to the accumulators before the store
+    (`register_epilogue`), a long one in a loop over the stored tile after it."""
+    in_registers = register_epilogue(epi, mr, nr, lambda r: f"i0 + {r}", "j0")
+    after = _stored_tile_epilogue(mr, nr, epi) if not in_registers else ()
     return (Assign("i0", f"it * {mr}"), Assign("j0", f"jt * {nr}")) + register_tile_in_place(
         mr, nr, lambda r: f"A[ar{r}, ku]", lambda c: f"Bp[jtu, ku, {c}]", _k_block_loop(mr),
         "out", "i0", "j0", full=f"i0 + {mr} <= M and j0 + {nr} <= N", accumulate="kb > 0",
-        edge_store=edge, after=after, epilogue=in_registers, finish_when="kb == n_kb - 1", comment=f"{mr}x{nr} register tile: scalar accumulators that LLVM's SLP pass vectorizes")
+        edge_store=_edge_store(nr, epi), after=after, epilogue=in_registers, finish_when="kb == n_kb - 1",
+        comment=f"{mr}x{nr} register tile: scalar accumulators that LLVM's SLP pass vectorizes")
+
+
+def _vector_micro_kernel(mr: int, nr: int, epi: Epilogue, lanes: int) -> tuple:
+    """`_micro_kernel` with the tile's k loop as LLVM vector IR (`codegen.vector_tile`): a
+    full tile adds its K block's sums to `out` (stores them on the first K block), then on
+    the last one the epilogue runs over the stored tile; a tile cut by M or N goes through
+    `ct` as there. One call for both (its IR is inlined: once, not twice, for LLVM to
+    optimize; the tile is stored after its k loop, so choosing the destination costs the
+    loop nothing). A's rows past M read row M - 1 again (never stored)."""
+    a_rows = [f"min(i0 + {r}, M - 1) * K + k0" for r in range(mr)]
+    return (Assign("i0", f"it * {mr}"), Assign("j0", f"jt * {nr}"),
+            Assign("full", f"i0 + {mr} <= M and j0 + {nr} <= N"),
+            If("full", (Assign("dst", "out"), Assign("c_off", "i0 * N + j0"), Assign("c_rs", "N")),
+               (Assign("dst", "ct"), Assign("c_off", "0"), Assign("c_rs", str(nr)))),
+            vector_tile("A", a_rows, "1", "Bp", f"(jt * K + k0) * {nr}", str(nr), "k1 - k0",
+                        "dst", "c_off", "c_rs", "full and kb > 0", nr, lanes),
+            If("full", _stored_tile_epilogue(mr, nr, epi), (For("r", "0", str(mr), _edge_store(nr, epi)),)))
 
 
 def _k_block_loop(mr: int):
@@ -219,7 +259,7 @@ def _k_block_loop(mr: int):
     return loops
 
 
-def _blocks(mr: int, nr: int, order: str, epi: Epilogue) -> Function:
+def _blocks(mr: int, nr: int, order: str, epi: Epilogue, lanes: int | None = None) -> Function:
     """Blocks t, t+T, ... of (ib, jb) tiles (a block: up to MB row tiles x NB column tiles,
     the tiles split evenly between the blocks: with M = 197 and MB x MR = 192 rows, two
     blocks of 17 and 16 row tiles, not 32 and 1, which in order "ji" gave one thread all
@@ -229,7 +269,8 @@ def _blocks(mr: int, nr: int, order: str, epi: Epilogue) -> Function:
     across NB B micro-panels); "ji": blocks column-major, column tiles outside (a B
     micro-panel in L1 across MB A micro-panels, consecutive blocks share a B column block).
     Serial code with nogil: threads run copies of it (numba's parallel=True would compile
-    it ~3x slower)."""
+    it ~3x slower). `lanes`: the tile as LLVM vector IR of that width (None: SLP's scalars)."""
+    tile = _micro_kernel(mr, nr, epi) if lanes is None else _vector_micro_kernel(mr, nr, epi, lanes)
     tiles_i = ("it", "ib * n_mt // n_ib", "(ib + 1) * n_mt // n_ib")
     tiles_j = ("jt", "jb * n_nt // n_jb", "(jb + 1) * n_nt // n_jb")
     outer, inner = (tiles_i, tiles_j) if order == "ij" else (tiles_j, tiles_i)
@@ -240,7 +281,7 @@ def _blocks(mr: int, nr: int, order: str, epi: Epilogue) -> Function:
         For("blk", "t", "n_ib * n_jb", step="T", body=split + (
             For("kb", "0", "n_kb", (
                 Assign("k0", "kb * KB"), Assign("k1", "min(K, k0 + KB)"),
-                For(*outer, body=(For(*inner, body=_micro_kernel(mr, nr, epi)),)),
+                For(*outer, body=(For(*inner, body=tile),)),
             )),
         )),
     )

@@ -21,7 +21,8 @@ import re
 
 import numpy as np
 
-from schedules.loopnest import Alloc, Assign, For, If, UNROLLED
+from schedules.loopnest import Alloc, Assign, Call, For, If, UNROLLED
+from schedules.microkernel import vector_tile_shape
 from ir.settings import current
 from schedules.space import Config, ConfigSpace
 
@@ -65,6 +66,9 @@ def loop_nest_features(module) -> list[float]:
                 direct = [x for x in s.body if isinstance(x, Assign)]
                 accs = sum(1 for x in direct if x.op)
                 loads = sum(x.value.count("[") for x in direct)
+                # a register tile as vector IR (one call): its MR x NR accumulators, MR + NR loads per k
+                for mr, nr in filter(None, (vector_tile_shape(x.expr) for x in s.body if isinstance(x, Call))):
+                    accs, loads = accs + mr * nr, loads + mr + nr
                 if accs > best[0]:
                     best = (accs, loads)
             elif isinstance(s, Alloc):

@@ -1,0 +1,138 @@
+"""The MR x NR register tile's k loop as explicit LLVM vector IR: one numba intrinsic,
+`tile_fma`, that generated kernels call (dense, batch_matmul; conv could).
+
+Why not the scalar tile (`schedules.microkernel`): there the tile is MR*NR scalar locals,
+unrolled in the Python source, and LLVM's SLP pass rebuilds the vectors. Two costs
+(experiments/dense/results.md, experiments/bench_compile.md): numba types and lowers
+thousands of statements per code shape (~3-4 s), and for tiles past 4x16 on AVX2 the
+vectorized loop keeps every A broadcast live and spills. Here the k loop is written
+once in IR, as a BLAS micro-kernel is: MR*NR/lanes `<lanes x float>` accumulators
+(phis), per k NR/lanes vector loads of B, then per row one broadcast of A and its
+`llvm.fma` row — one broadcast live at a time; numba sees a single call.
+
+    tile_fma(A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k,
+             C, c_offset, c_rowstride, accumulate, NR, LANES)
+
+Offsets and strides count elements from each array's data pointer (any layout; nothing
+is bounds-checked: every address the tile touches must lie in its array). Row r of the
+tile reads A at `a_offsets[r] + k * a_kstride` (MR = len(a_offsets)), B at
+`b_offset + k * b_kstride + c` for c < NR (contiguous), k = 0 .. n_k - 1. The tile is stored (or, where
+`accumulate` is true, added) to C at `c_offset + r * c_rowstride + c`. NR and LANES
+(float32 lanes per vector: `schedules.microkernel.vector_shape`) are integer literals
+in the source (NR a multiple of LANES); they fix the code shape. float32 only.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.core.errors import TypingError
+from numba.core.extending import intrinsic
+
+# in the import line generated sources carry (codegen.source), so that a change of the IR
+# below changes their text, hence their cache key (numba's cache does not track this file)
+VERSION = 1
+
+_F32 = ir.FloatType()
+_I64 = ir.IntType(64)
+
+
+def _literal_int(ty, what: str) -> int:
+    if not isinstance(ty, types.IntegerLiteral):
+        raise TypingError(f"tile_fma: {what} must be an integer literal in the source, got {ty}")
+    return int(ty.literal_value)
+
+
+@intrinsic(prefer_literal=True)
+def tile_fma(typingctx, A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k, C, c_offset, c_rowstride,
+             accumulate, NR, LANES):
+    nr, lanes = _literal_int(NR, "NR"), _literal_int(LANES, "LANES")
+    if lanes < 1 or nr < lanes or nr % lanes:
+        raise TypingError(f"tile_fma: NR={nr} is not a multiple of LANES={lanes}")
+    for name, arr in (("A", A), ("B", B), ("C", C)):
+        if not isinstance(arr, types.Array) or arr.dtype != types.float32:
+            raise TypingError(f"tile_fma: {name} must be a float32 array, got {arr}")
+    if not isinstance(a_offsets, types.BaseTuple) or not len(a_offsets) \
+            or not all(isinstance(t, types.Integer) for t in a_offsets):
+        raise TypingError(f"tile_fma: a_offsets must be a tuple of integers (one per tile row), got {a_offsets}")
+    for name, t in (("a_kstride", a_kstride), ("b_offset", b_offset), ("b_kstride", b_kstride), ("n_k", n_k),
+                    ("c_offset", c_offset), ("c_rowstride", c_rowstride)):
+        if not isinstance(t, types.Integer):
+            raise TypingError(f"tile_fma: {name} must be an integer, got {t}")
+    if not isinstance(accumulate, (types.Boolean, types.Integer)):
+        raise TypingError(f"tile_fma: accumulate must be a boolean, got {accumulate}")
+    mr = len(a_offsets)
+    sig = types.void(A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k, C, c_offset, c_rowstride,
+                     accumulate, NR, LANES)
+
+    def codegen(context, builder, sig, args):
+        aty, oty, _, bty, _, _, _, cty = sig.args[:8]
+        a, offs, a_ks, b, b_off, b_ks, nk, c, c_off, c_rs, acc_flag = args[:11]
+
+        def i64(value, ty):
+            return context.cast(builder, value, ty, types.int64)
+
+        a_ks, b_off, b_ks, nk, c_off, c_rs = (i64(v, sig.args[i]) for v, i in
+                                              ((a_ks, 2), (b_off, 4), (b_ks, 5), (nk, 6), (c_off, 8), (c_rs, 9)))
+        flag = context.cast(builder, acc_flag, sig.args[10], types.boolean)
+        a_data = context.make_array(aty)(context, builder, a).data
+        b_data = context.make_array(bty)(context, builder, b).data
+        c_data = context.make_array(cty)(context, builder, c).data
+        a_rows = [builder.gep(a_data, [i64(o, t)]) for o, t in zip(cgutils.unpack_tuple(builder, offs, mr), oty)]
+        b_base = builder.gep(b_data, [b_off])
+        vty = ir.VectorType(_F32, lanes)
+        nv = nr // lanes
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3), f"llvm.fma.v{lanes}f32")
+        splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+        zero = ir.Constant(vty, [0.0] * lanes)
+
+        def vector_at(base, offset):
+            return builder.bitcast(builder.gep(base, [offset]), vty.as_pointer())
+
+        pre = builder.basic_block
+        head = builder.append_basic_block("tile.k")
+        body = builder.append_basic_block("tile.fma")
+        done = builder.append_basic_block("tile.done")
+        builder.branch(head)
+        builder.position_at_end(head)
+        k = builder.phi(_I64, "k")
+        k.add_incoming(ir.Constant(_I64, 0), pre)
+        accs = [[builder.phi(vty, f"c{r}_{v}") for v in range(nv)] for r in range(mr)]
+        for row in accs:
+            for phi in row:
+                phi.add_incoming(zero, pre)
+        builder.cbranch(builder.icmp_signed("<", k, nk), body, done)
+
+        builder.position_at_end(body)
+        b_k = builder.mul(k, b_ks)
+        bvec = [builder.load(vector_at(b_base, builder.add(b_k, ir.Constant(_I64, v * lanes))), align=4)
+                for v in range(nv)]
+        a_k = builder.mul(k, a_ks)
+        new = []
+        for r in range(mr):
+            ar = builder.load(builder.gep(a_rows[r], [a_k]), align=4)
+            splat = builder.shuffle_vector(builder.insert_element(ir.Constant(vty, ir.Undefined), ar,
+                                                                  ir.Constant(ir.IntType(32), 0)),
+                                           ir.Constant(vty, ir.Undefined), splat_mask)
+            new.append([builder.call(fma, [splat, bvec[v], accs[r][v]]) for v in range(nv)])
+        k.add_incoming(builder.add(k, ir.Constant(_I64, 1)), builder.basic_block)
+        for r in range(mr):
+            for v in range(nv):
+                accs[r][v].add_incoming(new[r][v], builder.basic_block)
+        builder.branch(head)
+
+        builder.position_at_end(done)
+        c_base = builder.gep(c_data, [c_off])
+        ptrs = [[vector_at(c_base, builder.add(builder.mul(ir.Constant(_I64, r), c_rs), ir.Constant(_I64, v * lanes)))
+                 for v in range(nv)] for r in range(mr)]
+        with builder.if_else(flag) as (added, stored):
+            with added:
+                for r in range(mr):
+                    for v in range(nv):
+                        builder.store(builder.fadd(builder.load(ptrs[r][v], align=4), accs[r][v]), ptrs[r][v], align=4)
+            with stored:
+                for r in range(mr):
+                    for v in range(nv):
+                        builder.store(accs[r][v], ptrs[r][v], align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen

@@ -6,7 +6,10 @@ go through offset tables (`_plan`: no prologue then). With inner == 1
 each row is reduced in passes over L: reductions in V partial accumulators (`lanes`:
 the fastmath flags exclude reassociation, so a single accumulator would never
 vectorize), elementwise passes as plain loops (Softmax's exp is a vectorizable
-polynomial written to the output, then summed and scaled). The prologue (e.g. BERT's
+polynomial written to the output, then summed and scaled). Softmax, LogSoftmax and
+LayerNorm after plain arithmetic (`_one_pass`) are compiled with `reassoc` instead: their
+sums have one accumulator, fused into the pass that makes the summands (e^(v - m); v - v[0]
+and its square), and LLVM's vectorizer splits them into lanes. The prologue (e.g. BERT's
 Add + Add before LayerNormalization) is computed once per element and kept in a row
 buffer (`cache=True`; without a prologue the input row is read again instead) or
 recomputed in each pass. Indices are unsigned: numba's check for negative indices

@@ -242,3 +242,16 @@ def test_an_input_of_as_many_elements_is_not_broadcast_per_call():
     wl = layernorm(1, 3, 21)
     args = RED.lower(wl, RED.default_config(wl)).launch.steps[0].args
     assert [a.broadcast for a in args if isinstance(a, In) and a.index == 1] == [None]
+
+
+@pytest.mark.parametrize("RB", [1, 4, 16])
+def test_one_pass_layernorm_pairs_and_an_odd_row(RB):
+    """One-pass LayerNorm normalizes rows in pairs (the second row's loads, buffer and periodic
+    inputs moved to base2, buf2, pb*b), then a block's odd row alone: 7 rows in blocks of 1, 4
+    and 16, with BERT's (s, h) and (h,) prologue inputs."""
+    from codegen.source import render
+    wl = layernorm(1, 7, 21)
+    c = RED.space(wl).validate({**RED.default_config(wl).to_json(), "RB": RB})
+    src = render(RED.lower(wl, c).module)
+    assert "base2 + c1" in src and "buf2[" in src
+    check(RED, wl, c)

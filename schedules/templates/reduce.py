@@ -427,14 +427,38 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False, one_pas
 
     F0 = "np.float32(0.0)"
     body = []
+    def second_row(stmts) -> tuple:
+        """Statements of lane 1 read from the next row (base2, pb{slot}b, buf2)."""
+        def move(e: str) -> str:
+            e = e.replace("[np.uint64(base + c", "[np.uint64(base2 + c").replace("buf[", "buf2[")
+            for slot in slots.values():
+                e = e.replace(f"[np.uint64(pb{slot} + c", f"[np.uint64(pb{slot}b + c")
+            return e
+        return tuple(Assign(move(a.target), move(a.value), a.op) for a in stmts)
+
+    def ln_rows(n: int) -> list:
+        """One-pass LayerNorm of n rows (1 or 2: a pair shares its loops, scale and shift loads
+        and the per-row latency of sqrt and the division, 1.2x at 256 and 1024 floats)."""
+        sfx = ["", "2"][:n]
+        row = [lambda st: st, second_row][:n]
+        stats, norm, first = [], [], []
+        for u, (x, mv) in enumerate(zip(sfx, row)):
+            first += [Assign(f"c{u}", "0"), *mv(value(u)), Assign(f"k{x}", f"v{u}"), Assign(f"s{x}", F0),
+                      Assign(f"q{x}", F0)]
+            stats += [*((Assign(f"c{u}", "c0"),) if u else ()), *mv(value(u) + keep(u)),
+                      Assign(f"d{u}", f"v{u} - k{x}"), Assign(f"s{x}", f"d{u}", "+"), Assign(f"q{x}", f"d{u} * d{u}", "+")]
+            norm += [*((Assign(f"c{u}", "c0"),) if u else ()), *mv(read(u)),
+                     Assign(mv((Assign(out_at(u), ""),))[0].target, f"(v{u} - mean{x}) * inv{x} * g + b")]
+        fin = []
+        for x in sfx:
+            fin += [Assign(f"ms{x}", f"s{x} / np.float32(L)"), Assign(f"mean{x}", f"k{x} + ms{x}"),
+                    Assign(f"var{x}", f"max(q{x} / np.float32(L) - ms{x} * ms{x}, {F0})"),
+                    Assign(f"inv{x}", f"np.float32(1.0) / np.float32(math.sqrt(var{x} + eps))")]
+        return [*first, row_pass(tuple(stats)), *fin,
+                row_pass((Assign("g", "scale[np.uint64(c0)]"), Assign("b", "shift[np.uint64(c0)]"), *norm))]
+
     if one_pass and kind == "LayerNormalization":
-        body += [Assign("c0", "0"), *value(0), Assign("k", "v0"), Assign("s", F0), Assign("q", F0),
-                 row_pass(value(0) + keep(0) + (Assign("d0", "v0 - k"), Assign("s", "d0", "+"),
-                                                Assign("q", "d0 * d0", "+"))),
-                 Assign("ms", "s / np.float32(L)"), Assign("mean", "k + ms"),
-                 Assign("var", f"max(q / np.float32(L) - ms * ms, {F0})"),
-                 Assign("inv", "np.float32(1.0) / np.float32(math.sqrt(var + eps))"),
-                 row_pass(read(0) + (Assign(out_at(0), "(v0 - mean) * inv * scale[np.uint64(c0)] + shift[np.uint64(c0)]"),))]
+        body += ln_rows(1)
     elif kind in ("Softmax", "LogSoftmax"):
         body += [*init(NEG_INF), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"max(s{u}, v{u})"),), value),
                  *combine("max", "m")]
@@ -484,13 +508,20 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False, one_pas
         body += [Assign("out[r]", KINDS[kind][2].format(m="m", n="L * J" if strided else "L"))]
     per_row = tuple(Assign(f"pb{slots[r]}", f"(r % per[{slots[r]}]) * L")
                     for r in refs if modes[r] == "per")
+    rows_loop = (For("r", "blk * RB", "min(rows, blk * RB + RB)",
+                     (Assign("rb", "base_of[np.uint64(r)]") if strided else Assign("base", "r * L"),) + per_row + tuple(body)),)
+    if one_pass and kind == "LayerNormalization":   # pairs of rows, then the block's odd row
+        per_row2 = tuple(Assign(f"pb{slots[r]}b", f"((r + 1) % per[{slots[r]}]) * L")
+                         for r in refs if modes[r] == "per")
+        rows_loop = (Assign("r0", "blk * RB"), Assign("r1", "min(rows, blk * RB + RB)"),
+                     Assign("rm", "r0 + ((r1 - r0) // 2) * 2"),
+                     For("r", "r0", "rm", step="2", body=(Assign("base", "r * L"), Assign("base2", "base + L"))
+                         + per_row + per_row2 + tuple(ln_rows(2))),
+                     For("r", "rm", "r1", (Assign("base", "r * L"),) + per_row + tuple(body)))
     loop = (
         Assign("nv", f"(L // {lanes}) * {lanes}"),
-    ) + ((Alloc("buf", ("L",)),) if cache else ()) + (
-        For("blk", "t", "(rows + RB - 1) // RB", step="T", body=(
-            For("r", "blk * RB", "min(rows, blk * RB + RB)",
-                (Assign("rb", "base_of[np.uint64(r)]") if strided else Assign("base", "r * L"),) + per_row + tuple(body)),
-        )),
+    ) + ((Alloc("buf", ("L",)),) if cache else ()) + ((Alloc("buf2", ("L",)),) if cache and one_pass and kind == "LayerNormalization" else ()) + (
+        For("blk", "t", "(rows + RB - 1) // RB", step="T", body=rows_loop),
     )
     params = tuple(Param(params[r], "float32[::1]") for r in refs)
     if kind == "LayerNormalization":

@@ -6,7 +6,8 @@ nearest / linear Resize and ViT's mean over the tokens (ReduceMean over a middle
 best of the listed code configs x run-time RB x parallel (on/off: for small work, waking a
 thread costs more than it saves).
 
-Run: python experiments/bench_memory_bound.py [--quick]   (writes bench_memory_bound.md/.png)
+Run: python experiments/bench_memory_bound.py [--quick] [--one-thread] [--base REV]   (writes bench_memory_bound.md/.png;
+     --base: the default config of commit REV's templates timed in the same turns, column "before")
      python experiments/bench_memory_bound.py --vs-base REV   (prints the kernels this branch changed
      against the templates of commit REV, side by side; writes nothing)
 """
@@ -45,7 +46,7 @@ def cases():
         out.append((f"LayerNorm {rows}x{cols}", "reduce", make_wl(
             [("LayerNormalization", ["i0", "i1", "i2"], {"axis": -1})],
             [((rows, cols), "float32", False), ((cols,), "float32", True), ((cols,), "float32", True)]),
-            None, [{"lanes": l} for l in (8, 16, 32)]))
+            None, [{}]))   # one pass: no lanes knob (reduce v5)
     ops, prev = [], "i0"
     for k, (op, arg) in enumerate(CHAIN):
         ops.append((op, [prev] + ([arg] if arg else []), {}))
@@ -63,6 +64,10 @@ def cases():
             [("Resize", ["i0", "i1", "i2"], {"mode": mode})],
             [(x.shape, "float32", False), ((0,), "float32", True), ((4,), "float32", True)], arrays),
             arrays, [{"vector": "last", "unroll": 1}]))
+    out.append(("BERT emb Add+Add+LayerNorm (1,32,128)", "reduce", make_wl(   # position rows (32,128) + type row
+        [("Add", ["i0", "i1"], {}), ("Add", ["t0", "i2"], {}), ("LayerNormalization", ["t1", "i3", "i4"], {"axis": -1})],
+        [((1, 32, 128), "float32", False), ((32, 128), "float32", False), ((128,), "float32", True),
+         ((128,), "float32", True), ((128,), "float32", True)]), None, [{}]))
     out.append(("ReduceMean axes=[1] (1,197,192)", "reduce", make_wl(
         [("ReduceMean", ["i0"], {"axes": [1], "keepdims": 0})], [((1, 197, 192), "float32", False)]),
         None, [{"unroll": u} for u in (1, 4, 8)]))
@@ -101,16 +106,26 @@ def copy_functions():
 
 
 def planned(bound, arrays, out):
-    """The kernel as the executor runs it: its launch planned once for these buffers."""
-    calls = bound.plan(arrays, out).calls
+    """The kernel as the executor runs it: its launch planned once for these buffers (arguments
+    that cannot be fixed, such as an input broadcast at launch, filled on each call)."""
+    plan = bound.plan(arrays, out)
+    calls = plan.calls
 
     def run():
         for fn, args in calls:
             fn(*args)
-    return run
+
+    def run_filled():
+        for fn, args in plan.fill(arrays, out):
+            fn(*args)
+    return run_filled if plan.dynamic else run
 
 
-def measure(settings, all_cases, min_time, rounds=5):
+BASE_TEMPLATES = {"reduce": ("schedules/templates/reduce.py", "ReduceTemplate"),
+                  "elementwise": ("schedules/templates/elementwise.py", "ElementwiseTemplate")}
+
+
+def measure(settings, all_cases, min_time, rounds=5, base=None):
     """{workload: (MB moved, {what: seconds}, best configs)}. The best listed config per thread
     count is searched first; then copy, ours (default config and best) and onnxruntime are timed
     in turns, `rounds` times, each keeping its median: other work on the cores then weighs on
@@ -133,6 +148,11 @@ def measure(settings, all_cases, min_time, rounds=5):
             run()
             np.testing.assert_allclose(out, wl.reference(arrays), rtol=1e-4, atol=1e-5)
             fns[("default", threads)] = run
+            if base is not None and threads == 1:   # the base commit's template, its default config
+                old = base_template(base, *BASE_TEMPLATES[tname])
+                fns[("before", 1)] = planned(compile_kernel(old, wl, old.default_config(wl)).bind(arrays), arrays, out)
+                fns[("before", 1)]()
+                np.testing.assert_allclose(out, wl.reference(arrays), rtol=1e-4, atol=1e-5)
             best = (float("inf"), "", None)
             space = t.space(wl)
             rbs = next(k for k in space.knobs if k.name == "RB").options
@@ -159,7 +179,7 @@ def measure(settings, all_cases, min_time, rounds=5):
                 clock = clock_for(threads)
                 samples.setdefault(("copy", threads), []).append(
                     min(min(timeit(f, min_time=min_time / 2, repeat=3, clock=clock)) for f in copies(src, dst)))
-                for what in ("default", "best", "ort"):
+                for what in ("before", "default", "best", "ort"):
                     if (what, threads) in fns:
                         samples.setdefault((what, threads), []).append(
                             min(timeit(fns[(what, threads)], min_time=min_time, repeat=3, clock=clock)))
@@ -169,7 +189,7 @@ def measure(settings, all_cases, min_time, rounds=5):
     return res
 
 
-def report(res, note):
+def report(res, note, base=None):
     lines = ["# Memory-bound templates: GB/s vs a copy of as many bytes", "", machine(), "", note, "",
              "GB/s = (input + output bytes) / median time. Copy, ours and onnxruntime are timed in turns "
              "(5 rounds, medians of each round's least); `copy` = the faster of np.copyto and a numba copy "
@@ -179,18 +199,22 @@ def report(res, note):
              "`default`: the template's default config (what an untuned model runs); `best`: the best of "
              "the listed code configs x run-time RB x parallel on/off. onnxruntime: a one-node model, "
              "intra_op_num_threads = threads. Target (issue 13): ours / copy >= 0.5.", "",
-             "| workload | MB moved | copy GB/s T=1 | default/copy T=1 | best/copy T=1 | ORT/copy T=1 | "
+             "| workload | MB moved | copy GB/s T=1 | " + (f"before ({base[:8]}) default/copy T=1 | " if base else "")
+             + "default/copy T=1 | best/copy T=1 | ORT/copy T=1 | "
              "default/copy T=2 | best/copy T=2 | ORT/copy T=2 | best config T=1 / T=2 |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| --- | ---: | ---: | " + ("---: | " if base else "") + "---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for name, (mb, med, configs) in res.items():
         r = {k: med[("copy", k[1])] / v for k, v in med.items() if k[0] != "copy"}
         cell = lambda k: f"{r[k]:.2f}" if k in r else "-"  # noqa: E731
-        lines.append(f"| {name} | {mb:.2f} | {mb / 1e3 / med[('copy', 1)]:.1f} | {cell(('default', 1))} | "
+        lines.append(f"| {name} | {mb:.2f} | {mb / 1e3 / med[('copy', 1)]:.1f} | "
+                     + (f"{cell(('before', 1))} | " if base else "") + f"{cell(('default', 1))} | "
                      f"{cell(('best', 1))} | {cell(('ort', 1))} | {cell(('default', 2))} | {cell(('best', 2))} | "
-                     f"{cell(('ort', 2))} | {configs[1]} / {configs[2]} |")
+                     f"{cell(('ort', 2))} | {configs.get(1, '-')} / {configs.get(2, '-')} |")
     md = Path(__file__).with_suffix(".md")
-    md.write_text("\n".join(lines) + "\n" + NOTES)
     print("\n".join(lines))
+    if base is not None:   # a before/after run: printed for the results file's dated sections, nothing written
+        return
+    md.write_text("\n".join(lines) + "\n" + NOTES)
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -298,6 +322,10 @@ def main():
         vs_base(sys.argv[sys.argv.index("--vs-base") + 1])
         return
     quick = "--quick" in sys.argv
+    base = sys.argv[sys.argv.index("--base") + 1] if "--base" in sys.argv else None
+    global THREADS
+    if "--one-thread" in sys.argv:
+        THREADS = (1,)
     settings = Settings.from_env()
     use(settings)
     all_cases = cases()
@@ -311,9 +339,10 @@ def main():
         for tname, ps in by_template.items():
             precompile(tname, ps)
     use(settings)
-    res = measure(settings, all_cases, 0.05 if quick else 0.1)
+    res = measure(settings, all_cases, 0.05 if quick else 0.1, base=base)
     load = os.getloadavg()[0]
-    report(res, f"Load average when the run ended: {load:.1f} on {os.cpu_count()} cores (other helpers' work shared them).")
+    report(res, f"Load average when the run ended: {load:.1f} on {os.cpu_count()} cores (other helpers' work shared them).",
+           base)
 
 
 if __name__ == "__main__":

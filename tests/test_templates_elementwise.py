@@ -252,3 +252,25 @@ def test_short_rows_keep_the_index_loop():
     wl = make_wl([("Gather", ["i0", "i1"], {"axis": 1})], [((3, 6), "float32", False), ((2,), "int64", True)],
                  [f32(3, 6), np.array([5, 0], np.int64)])
     assert "row copies" not in render(EW.lower(wl, EW.default_config(wl)).module)
+
+
+@pytest.mark.parametrize("op,ins,attrs", [
+    ("Transpose", [((2, 3, 5, 12), "float32", False)], {"perm": [0, 2, 1, 3]}),
+    ("Gather", [((9, 12), "float32", True), ((2, 3), "int64", False)], {"axis": 0}),
+])
+def test_row_loops_run_to_a_run_time_length(op, ins, attrs):
+    """The last-axis row loop (and the row gather's copy) runs to the run-time `n`, the row's
+    length: with a literal trip count LLVM unrolled the copy fully and it stayed scalar."""
+    from codegen.source import render
+    from schedules.launch import Scalar
+    arrays = None
+    if op == "Gather":
+        arrays = [np.random.default_rng(0).standard_normal((9, 12)).astype(np.float32),
+                  np.array([[0, 8, -1], [3, 3, 2]], np.int64)]
+    wl = make_wl([(op, [f"i{k}" for k in range(len(ins))], attrs)], ins, arrays)
+    t = get_template("elementwise")
+    cfg = t.space(wl).validate({**t.default_config(wl).to_json(), "vector": "last"})
+    low = t.lower(wl, cfg)
+    assert "for j in range(0, n):" in render(low.module)
+    assert [a.value for a in low.launch.steps[-1].args if isinstance(a, Scalar)][0] == 12
+    check(t, wl, cfg, arrays)

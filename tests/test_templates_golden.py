@@ -22,9 +22,13 @@ def _cases():
                                {"algo": "direct", "regtile": "4x16", "order": "oc_px"}),
         "conv2d_im2col_4x16": ("conv2d", conv_wl(1, 4, 9, 11, 6, k=1, s=1, p=0, epi=("chan",)),
                                {"algo": "im2col", "regtile": "4x16", "order": "px_oc"}),
-        "reduce_layernorm_lanes4": ("reduce", make_wl(
+        "reduce_layernorm_one_pass": ("reduce", make_wl(
             [("Add", ["i0", "i1"], {}), ("LayerNormalization", ["t0", "i2", "i3"], {"axis": -1})],
             [((2, 3, 8), "float32", False), ((8,), "float32", True), ((8,), "float32", True), ((8,), "float32", True)]),
+            {}),
+        "reduce_softmax_lanes4": ("reduce", make_wl(
+            [("Add", ["i0", "i1"], {}), ("Softmax", ["t0"], {"axis": -1})],
+            [((2, 3, 8), "float32", False), ((8,), "float32", True)]),
             {"lanes": 4, "cache": True}),
         "elementwise_gelu_flat": ("elementwise", make_wl(
             [("Div", ["i0", "i1"], {}), ("Erf", ["t0"], {}), ("Add", ["t1", "i2"], {}), ("Mul", ["t2", "i0"], {})],

@@ -25,7 +25,11 @@ def layernorm(b, s, h):
 
 
 def cfg(wl, lanes, cache, **runtime):
-    return RED.space(wl).validate({**RED.default_config(wl).to_json(), "lanes": lanes, "cache": cache, **runtime})
+    """`lanes` and `cache` where the space has them (one-pass LayerNorm: LLVM's lanes, and a
+    prologue always buffered)."""
+    space = RED.space(wl)
+    code = {"lanes": lanes, "cache": cache} if any(k.name == "lanes" for k in space.knobs) else {}
+    return space.validate({**RED.default_config(wl).to_json(), **code, **runtime})
 
 
 CODE = [(8, True), (1, False)]
@@ -122,8 +126,10 @@ def test_classic_forms_only_for_cuda():
 
 
 def test_layernorm_over_a_size_one_axis():
-    """Found by the property test in CI: normalizing over one element (h = 1)."""
-    wl = layernorm(1, 1, 1)
+    """Found by the property test in CI: normalizing over one element (h = 1); each value is
+    its own mean, so the output is the bias exactly (a prologue recomputed under reassoc
+    rounded apart from its first pass, times 1 / sqrt(eps) = 1e6, when it was not buffered)."""
+    wl = layernorm(1, 3, 1)
     check(RED, wl, RED.default_config(wl))
 
 
@@ -181,3 +187,71 @@ def test_reductions_after_a_prologue(op, cache):
                  [((2, 3, 21), "float32", False), ((21,), "float32", True)])
     assert RED.matches(wl)
     check(RED, wl, RED.space(wl).validate({**RED.default_config(wl).to_json(), "cache": cache}))
+
+
+def test_one_pass_layernorm_keeps_accuracy_away_from_zero():
+    """One-pass LayerNorm sums d = v - v[0] and d^2: rows with a large mean (100 +- 1, where
+    E[v^2] - E[v]^2 in float32 is off by ~1e-3 relative) and a row whose first value is the
+    outlier (the worst case of the shift) match the reference."""
+    rng = np.random.default_rng(3)
+    x = (100 + rng.standard_normal((4, 300))).astype(np.float32)
+    x[1, 0] = 130.0
+    x[2] = rng.standard_normal(300).astype(np.float32) * 1e-3
+    x[2, 0] = 5.0
+    g, b = np.ones(300, np.float32), np.zeros(300, np.float32)
+    wl = make_wl([("LayerNormalization", ["i0", "i1", "i2"], {"axis": -1})],
+                 [((4, 300), "float32", False), ((300,), "float32", True), ((300,), "float32", True)], [x, g, b])
+    assert "lanes" not in RED.default_config(wl).to_json()
+    check(RED, wl, RED.default_config(wl), [x, g, b])
+
+
+@pytest.mark.parametrize("op,cache", [("Softmax", True), ("Softmax", False), ("LogSoftmax", True),
+                                      ("LogSoftmax", False), ("LayerNormalization", None)])
+def test_one_pass_after_an_arithmetic_prologue(op, cache):
+    """BERT's masked Add before Softmax and Add + Add before LayerNorm take the one-pass form
+    (compiled with reassoc), Softmax with and without the row buffer (LayerNorm always has it)."""
+    from codegen.source import render
+    ins = [((2, 3, 37), "float32", False), ((3, 37), "float32", False), ((37,), "float32", True)]
+    ops = [("Add", ["i0", "i1"], {}), ("Mul", ["t0", "i2"], {})]
+    if op == "LayerNormalization":
+        ins += [((37,), "float32", True), ((37,), "float32", True)]
+        ops.append((op, ["t1", "i3", "i4"], {"axis": -1}))
+    else:
+        ops.append((op, ["t1"], {"axis": -1}))
+    wl = make_wl(ops, ins)
+    c = RED.space(wl).validate({**RED.default_config(wl).to_json(), **({} if cache is None else {"cache": cache})})
+    assert "'reassoc'" in render(RED.lower(wl, c).module)
+    check(RED, wl, c)
+
+
+def test_polynomial_prologue_keeps_the_lane_form():
+    """reassoc would fold the rounding constant of Sigmoid's e^x (exp_build): a prologue with
+    such an op keeps the lane-split passes and the default fastmath flags."""
+    from codegen.source import render
+    wl = make_wl([("Sigmoid", ["i0"], {}), ("LayerNormalization", ["t0", "i1", "i2"], {"axis": -1})],
+                 [((3, 40), "float32", False), ((40,), "float32", True), ((40,), "float32", True)])
+    c = RED.default_config(wl)
+    assert "lanes" in c.to_json() and "reassoc" not in render(RED.lower(wl, c).module)
+    check(RED, wl, c)
+
+
+def test_an_input_of_as_many_elements_is_not_broadcast_per_call():
+    """BERT's position embeddings (seq, hidden) added to (1, seq, hidden): read in place, not
+    broadcast at launch (a read-only view, copied on every call: the step's per-call work)."""
+    from schedules.launch import In
+    wl = layernorm(1, 3, 21)
+    args = RED.lower(wl, RED.default_config(wl)).launch.steps[0].args
+    assert [a.broadcast for a in args if isinstance(a, In) and a.index == 1] == [None]
+
+
+@pytest.mark.parametrize("RB", [1, 4, 16])
+def test_one_pass_layernorm_pairs_and_an_odd_row(RB):
+    """One-pass LayerNorm normalizes rows in pairs (the second row's loads, buffer and periodic
+    inputs moved to base2, buf2, pb*b), then a block's odd row alone: 7 rows in blocks of 1, 4
+    and 16, with BERT's (s, h) and (h,) prologue inputs."""
+    from codegen.source import render
+    wl = layernorm(1, 7, 21)
+    c = RED.space(wl).validate({**RED.default_config(wl).to_json(), "RB": RB})
+    src = render(RED.lower(wl, c).module)
+    assert "base2 + c1" in src and "buf2[" in src
+    check(RED, wl, c)

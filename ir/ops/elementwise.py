@@ -184,11 +184,19 @@ def exp_build(bind, x: str, lo: float = -104.0, hi: float | None = 89.0) -> str:
     return _scale_by_pow2(bind, p, t, lo >= -87.3 and (hi is None or hi <= 88.3))
 
 
-def exp2_build(bind, x: str, lo: float = -126.0) -> str:
+def exp2_build(bind, x: str, lo: float = -126.0, reassoc: bool = False) -> str:
     """2^x for x <= 0 (clamped to lo >= -126: 2^-126 is the least normal float32): n = round(x),
     2^x = 2^n 2^(x - n). Softmax computes e^(v - m) as 2^(v log2(e) - m log2(e)), one FMA
-    for the argument, where e^x needs a subtraction, a multiply and two FMAs to reduce it."""
+    for the argument, where e^x needs a subtraction, a multiply and two FMAs to reduce it.
+    `reassoc`: for a function compiled with fastmath `reassoc` (which folds the rounding
+    constant's (t + M) - M to t): n rounded by np.rint and converted, as fast in a loop that
+    also sums the results (measured)."""
     c = bind(f"np.float32(max({x}, {f32(max(lo, -126.0))}))")
+    if reassoc:
+        n = bind(f"np.rint({c})")
+        f = bind(f"{c} - {n}")
+        scale = f"{_I}(({_I}({n}) + {_I}(127)) << {_I}(23)).view(np.float32)"
+        return f"({_horner(_EXP2_P, f)} * {f} + {f32(1)}) * {scale}"
     t = bind(f"{c} + {f32(_ROUND)}")
     f = bind(f"{c} - ({t} - {f32(_ROUND)})")
     return _scale_by_pow2(bind, f"({_horner(_EXP2_P, f)} * {f} + {f32(1)})", t, True)

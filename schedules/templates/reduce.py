@@ -6,7 +6,10 @@ go through offset tables (`_plan`: no prologue then). With inner == 1
 each row is reduced in passes over L: reductions in V partial accumulators (`lanes`:
 the fastmath flags exclude reassociation, so a single accumulator would never
 vectorize), elementwise passes as plain loops (Softmax's exp is a vectorizable
-polynomial written to the output, then summed and scaled). The prologue (e.g. BERT's
+polynomial written to the output, then summed and scaled). Softmax, LogSoftmax and
+LayerNorm after plain arithmetic (`_one_pass`) are compiled with `reassoc` instead: their
+sums have one accumulator, fused into the pass that makes the summands (e^(v - m); v - v[0]
+and its square), and LLVM's vectorizer splits them into lanes. The prologue (e.g. BERT's
 Add + Add before LayerNormalization) is computed once per element and kept in a row
 buffer (`cache=True`; without a prologue the input row is read again instead) or
 recomputed in each pass. Indices are unsigned: numba's check for negative indices
@@ -53,6 +56,12 @@ def default_lanes(L: int, target=None) -> int:
 MORE_REDUCE_OPS = {"ReduceProd": "prod", "ReduceSumSquare": "sumsq", "ReduceL2": "l2", "ReduceL1": "l1",
                    "ReduceLogSum": "logsum", "ReduceLogSumExp": "logsumexp"}
 EXACT = ("nsz", "arcp", "contract", "afn")   # LogSumExp tests for infinite maxima: no nnan/ninf
+# Softmax and LayerNorm sum with one accumulator under `reassoc`, which lets LLVM's loop vectorizer
+# split the sum into vector lanes itself (interleaved, folded by halves at the end of the row)
+# and fuse it with the pass that makes the summands; prologues of these ops only (reassoc folds
+# the rounding constant of the exp/tanh-style polynomials, see exp_build)
+REASSOC = ("nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc")
+REASSOC_SAFE = {"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Relu", "Max", "Min", "Identity"}
 F0_, F1_ = "np.float32(0.0)", "np.float32(1.0)"
 KINDS = {   # kind: (identity, update of s by v, result from m of n elements)
     "sum": (F0_, "{s} + {v}", "{m}"),
@@ -204,6 +213,12 @@ def _input_mode(shape, xshape, L: int):
     return "full"  # materialized by broadcasting at launch
 
 
+def _one_pass(wl: Workload, k: int) -> bool:
+    """Whether row op k (Softmax, LogSoftmax, LayerNorm) sums in one vectorized pass with the
+    values it sums (`_rows`' reassoc form): its prologue is plain arithmetic."""
+    return wl.ops[k]["op"] in ROW_OPS and all(o["op"] in REASSOC_SAFE for o in wl.ops[:k])
+
+
 def _row_inputs(wl: Workload, k: int) -> list[str]:
     """The workload inputs the row loop reads: the prologue's before op k, or op k's own input."""
     return sorted({r for o in wl.ops[:k] for r in o["in"] if r.startswith("i")} |
@@ -212,7 +227,7 @@ def _row_inputs(wl: Workload, k: int) -> list[str]:
 
 class ReduceTemplate(Template):
     name = "reduce"
-    version = 4
+    version = 5
 
     def matches(self, wl: Workload) -> bool:
         p = _plan(wl)
@@ -229,6 +244,12 @@ class ReduceTemplate(Template):
                 Knob("parallel", (True, False), code_shape=False),
                 Knob("RB", (1, 4, 16, 64), code_shape=False),
             ])
+        k = _plan(wl)["k"]
+        if _one_pass(wl, k) and wl.ops[k]["op"] == "LayerNormalization":
+            # LLVM's lanes; a prologue always buffered: values recomputed under reassoc may round
+            # apart from the first pass's, and 1 / std (up to 1 / sqrt(eps)) scales the difference
+            return ConfigSpace([Knob("parallel", (True, False), code_shape=False),
+                                Knob("RB", (1, 4, 16, 64), code_shape=False)])
         return ConfigSpace([
             Knob("lanes", LANES),
             Knob("cache", (True, False)),
@@ -240,8 +261,10 @@ class ReduceTemplate(Template):
         p = _plan(wl)
         if p["inner"] > 1:
             return self.space(wl).validate({"unroll": 4, "parallel": True, "RB": 4})
-        return self.space(wl).validate({"lanes": default_lanes(p["L"], target), "cache": True,
-                                        "parallel": True, "RB": 4})
+        space = self.space(wl)
+        names = {k.name for k in space.knobs}
+        code = {"lanes": default_lanes(p["L"], target), "cache": True} if "lanes" in names else {}
+        return space.validate({**code, "parallel": True, "RB": 4})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         plan = _plan(wl)
@@ -257,9 +280,9 @@ class ReduceTemplate(Template):
             fn = _middle(params[refs[0]], kind, cfg["unroll"])
             what = f"unroll={cfg['unroll']}"
         else:
-            lanes, cache = cfg["lanes"], cfg["cache"]
-            fn = _rows(wl, k, refs, modes, params, kind, lanes, cache, strided)
-            what = f"lanes={lanes} cache={cache}" + (" strided" if strided else "")
+            lanes, cache = cfg.get("lanes", 1), cfg.get("cache", True)
+            fn = _rows(wl, k, refs, modes, params, kind, lanes, cache, strided, _one_pass(wl, k))
+            what = (f"lanes={lanes} cache={cache}" if "lanes" in cfg.to_json() else "one pass") + (" strided" if strided else "")
         module = LoopModule((fn,), doc=f"reduce kernel: {'+'.join(o['op'] for o in wl.ops)} {what}",
                             meta={"template": f"reduce v{self.version}"})
         ln = op["op"] == "LayerNormalization"
@@ -268,7 +291,7 @@ class ReduceTemplate(Template):
         xs = []
         for r in refs:
             shape = tuple(wl.inputs[int(r[1:])]["shape"])
-            if modes[r] == "full" and shape != tuple(xshape):   # broadcast to x's shape first
+            if modes[r] == "full" and math.prod(shape) != size:   # broadcast to x's shape first (a copy per call)
                 xs.append(In(int(r[1:]), (size,), "float32", tuple(xshape)))
             else:
                 xs.append(In(int(r[1:]), (math.prod(shape),), "float32"))
@@ -325,7 +348,7 @@ def _load(ref, modes, params, slot):
     return f"{p}[{_u(f'pb{slot} + c')}]"   # periodic: pb = (r % (size // L)) * L, or c % size when size < L
 
 
-def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False) -> Function:
+def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False, one_pass=False) -> Function:
     """One function; per row: the first reduction (max or sum) over the prologue's values, in
     `lanes` partial results; then the passes of the op, each a plain loop over the row (no
     loop-carried value: LLVM vectorizes it) or a lane-split reduction.
@@ -333,7 +356,14 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False) -> Func
     Softmax: out = e^(v - m) (one exp per element, vectorized polynomial), the sum of out in
     lanes, out *= 1 / sum. LogSoftmax: likewise, then out = v - (m + ln sum). LayerNorm: mean,
     variance of (v - mean) in lanes, out = (v - mean) * inv * scale + shift. Reduce*: one
-    lane-split pass (`KINDS`); `strided`: over J rows of L at base[r] + off[j] into the same lanes."""
+    lane-split pass (`KINDS`); `strided`: over J rows of L at base[r] + off[j] into the same lanes.
+
+    `one_pass` (`_one_pass`: the function is compiled with `reassoc`): the sums have one
+    accumulator, which LLVM vectorizes and interleaves, in the pass that makes the summands.
+    Softmax: out = e^(v - m) and its sum in one pass (LogSoftmax sums without storing);
+    LayerNorm: one pass sums d = v - v[0] and d^2 (var = E[d^2] - E[d]^2: shifted by a value of
+    the row, (v[0] - mean)^2 <= L var bounds the cancellation), then normalizes. 128x256 rows
+    1.2x (Softmax) and 1.8x (LayerNorm) faster than three lane-split passes."""
     slots = {r: i for i, r in enumerate(refs)}
     loads = {r: _load(r, modes, params, slots[r]) for r in refs}
     cache = cache and k > 0   # without a prologue, x itself is the row
@@ -385,22 +415,54 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False) -> Func
     def out_at(u):
         return f"out[{_u(f'base + c{u}')}]"
 
-    def exp_of(arg: str) -> tuple:
+    def exp_of(arg: str, reassoc: bool = False) -> tuple:
         """2^arg for arg <= 0 into `e` (vectorizable polynomial; 2^-126 ~ 1e-38 stands for 0)."""
         stmts = []
 
         def bind(x):
             stmts.append(Assign(f"e_{len(stmts)}", x))
             return stmts[-1].target
-        e = exp2_build(bind, arg)
+        e = exp2_build(bind, arg, reassoc=reassoc)
         return tuple(stmts) + (Assign("e", e),)
 
     F0 = "np.float32(0.0)"
     body = []
-    if kind in ("Softmax", "LogSoftmax"):
+    def second_row(stmts) -> tuple:
+        """Statements of lane 1 read from the next row (base2, pb{slot}b, buf2)."""
+        def move(e: str) -> str:
+            e = e.replace("[np.uint64(base + c", "[np.uint64(base2 + c").replace("buf[", "buf2[")
+            for slot in slots.values():
+                e = e.replace(f"[np.uint64(pb{slot} + c", f"[np.uint64(pb{slot}b + c")
+            return e
+        return tuple(Assign(move(a.target), move(a.value), a.op) for a in stmts)
+
+    def ln_rows(n: int) -> list:
+        """One-pass LayerNorm of n rows (1 or 2: a pair shares its loops, scale and shift loads
+        and the per-row latency of sqrt and the division, 1.2x at 256 and 1024 floats)."""
+        sfx = ["", "2"][:n]
+        row = [lambda st: st, second_row][:n]
+        stats, norm, first = [], [], []
+        for u, (x, mv) in enumerate(zip(sfx, row)):
+            first += [Assign(f"c{u}", "0"), *mv(value(u)), Assign(f"k{x}", f"v{u}"), Assign(f"s{x}", F0),
+                      Assign(f"q{x}", F0)]
+            stats += [*((Assign(f"c{u}", "c0"),) if u else ()), *mv(value(u) + keep(u)),
+                      Assign(f"d{u}", f"v{u} - k{x}"), Assign(f"s{x}", f"d{u}", "+"), Assign(f"q{x}", f"d{u} * d{u}", "+")]
+            norm += [*((Assign(f"c{u}", "c0"),) if u else ()), *mv(read(u)),
+                     Assign(mv((Assign(out_at(u), ""),))[0].target, f"(v{u} - mean{x}) * inv{x} * g + b")]
+        fin = []
+        for x in sfx:
+            fin += [Assign(f"ms{x}", f"s{x} / np.float32(L)"), Assign(f"mean{x}", f"k{x} + ms{x}"),
+                    Assign(f"var{x}", f"max(q{x} / np.float32(L) - ms{x} * ms{x}, {F0})"),
+                    Assign(f"inv{x}", f"np.float32(1.0) / np.float32(math.sqrt(var{x} + eps))")]
+        return [*first, row_pass(tuple(stats)), *fin,
+                row_pass((Assign("g", "scale[np.uint64(c0)]"), Assign("b", "shift[np.uint64(c0)]"), *norm))]
+
+    if one_pass and kind == "LayerNormalization":
+        body += ln_rows(1)
+    elif kind in ("Softmax", "LogSoftmax"):
         body += [*init(NEG_INF), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"max(s{u}, v{u})"),), value),
                  *combine("max", "m")]
-    elif kind == "LayerNormalization":  # a sum first
+    elif kind == "LayerNormalization" and not one_pass:  # a sum first
         body += [*init(F0), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"v{u}", "+"),), value),
                  *combine("", "m")]
     elif kind == "logsumexp":   # the max m, then log(sum e^(v - m')) + m', m' = 0 where m is infinite
@@ -418,7 +480,15 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False) -> Func
         if strided:
             passes = (For("j", "0", "J", (Assign("base", "rb + off[np.uint64(j)]"),) + passes),)
         body += [*init(ident), *passes, *combine({"max": "max", "min": "min", "prod": "*"}.get(kind, ""), "m")]
-    if kind in ("Softmax", "LogSoftmax"):
+    if kind in ("Softmax", "LogSoftmax") and one_pass:
+        body += [Assign("ml", f"m * {f32(LOG2E)}"), Assign("s", F0),
+                 row_pass(read(0) + exp_of(f"v0 * {f32(LOG2E)} - ml", reassoc=True)
+                          + ((Assign(out_at(0), "e"),) if kind == "Softmax" else ()) + (Assign("s", "e", "+"),))]
+        if kind == "Softmax":
+            body += [Assign("inv", "np.float32(1.0) / s"), row_pass((Assign(out_at(0), "inv", "*"),))]
+        else:
+            body += [Assign("ls", "m + np.float32(math.log(s))"), row_pass(read(0) + (Assign(out_at(0), "v0 - ls"),))]
+    elif kind in ("Softmax", "LogSoftmax"):
         # e^(v - m) = 2^(v log2(e) - m log2(e)): one FMA for the argument
         body += [Assign("ml", f"m * {f32(LOG2E)}"),
                  row_pass(read(0) + exp_of(f"v0 * {f32(LOG2E)} - ml") + (Assign(out_at(0), "e"),)),
@@ -428,7 +498,7 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False) -> Func
             body += [Assign("inv", "np.float32(1.0) / s"), row_pass((Assign(out_at(0), "inv", "*"),))]
         else:
             body += [Assign("ls", "m + np.float32(math.log(s))"), row_pass(read(0) + (Assign(out_at(0), "v0 - ls"),))]
-    elif kind == "LayerNormalization":
+    elif kind == "LayerNormalization" and not one_pass:
         body += [Assign("mean", "m / np.float32(L)"), *init(F0),
                  *lane_pass(lambda u: (Assign(f"d{u}", f"v{u} - mean"), Assign(f"s{u}", f"d{u} * d{u}", "+")), read),
                  *combine("", "var"), Assign("var", "var / np.float32(L)"),
@@ -438,13 +508,20 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False) -> Func
         body += [Assign("out[r]", KINDS[kind][2].format(m="m", n="L * J" if strided else "L"))]
     per_row = tuple(Assign(f"pb{slots[r]}", f"(r % per[{slots[r]}]) * L")
                     for r in refs if modes[r] == "per")
+    rows_loop = (For("r", "blk * RB", "min(rows, blk * RB + RB)",
+                     (Assign("rb", "base_of[np.uint64(r)]") if strided else Assign("base", "r * L"),) + per_row + tuple(body)),)
+    if one_pass and kind == "LayerNormalization":   # pairs of rows, then the block's odd row
+        per_row2 = tuple(Assign(f"pb{slots[r]}b", f"((r + 1) % per[{slots[r]}]) * L")
+                         for r in refs if modes[r] == "per")
+        rows_loop = (Assign("r0", "blk * RB"), Assign("r1", "min(rows, blk * RB + RB)"),
+                     Assign("rm", "r0 + ((r1 - r0) // 2) * 2"),
+                     For("r", "r0", "rm", step="2", body=(Assign("base", "r * L"), Assign("base2", "base + L"))
+                         + per_row + per_row2 + tuple(ln_rows(2))),
+                     For("r", "rm", "r1", (Assign("base", "r * L"),) + per_row + tuple(body)))
     loop = (
         Assign("nv", f"(L // {lanes}) * {lanes}"),
-    ) + ((Alloc("buf", ("L",)),) if cache else ()) + (
-        For("blk", "t", "(rows + RB - 1) // RB", step="T", body=(
-            For("r", "blk * RB", "min(rows, blk * RB + RB)",
-                (Assign("rb", "base_of[np.uint64(r)]") if strided else Assign("base", "r * L"),) + per_row + tuple(body)),
-        )),
+    ) + ((Alloc("buf", ("L",)),) if cache else ()) + ((Alloc("buf2", ("L",)),) if cache and one_pass and kind == "LayerNormalization" else ()) + (
+        For("blk", "t", "(rows + RB - 1) // RB", step="T", body=rows_loop),
     )
     params = tuple(Param(params[r], "float32[::1]") for r in refs)
     if kind == "LayerNormalization":
@@ -457,7 +534,7 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False) -> Func
     params += (Param("out", "float32[::1]"), Param("rows", "int64"), Param("L", "int64"),
                Param("per", "int64[::1]"), Param("eps", "float64"), Param("RB", "int64"),
                Param("t", "int64"), Param("T", "int64"))
-    return Function("reduce", params, loop, **({"fastmath": EXACT} if kind == "logsumexp" else {}))
+    return Function("reduce", params, loop, **({"fastmath": REASSOC} if one_pass else {}))
 
 
 def _middle(x: str, kind: str, unroll: int) -> Function:

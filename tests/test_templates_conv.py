@@ -131,8 +131,9 @@ def test_dw_blocked_pads_channel_blocks_with_a_multiplier_and_hardswish(compiled
     wl = make_wl([(o["op"], o["in"], o["attrs"]) for o in base.ops] + [("HardSwish", ["t0"], {})],
                  [(tuple(i["shape"]), i["dtype"], i["const"]) for i in base.inputs])
     cfg = config(wl, algo="dw_blocked", regtile="4x8", PB=4)
-    (xc,) = [b for b in CONV.lower(wl, cfg).launch.workspaces if b.name == "Xc"]
-    assert xc.shape[1] == 2, "13 channels in two blocks of 8"
+    launch = CONV.lower(wl, cfg).launch
+    assert [s.function for s in launch.steps] == ["conv"] and not launch.workspaces, "the kernel pads per band"
+    assert launch.steps[0].items == 2 * 2, "13 channels in two blocks of 8 x 6 output rows in bands of 4"
     check(CONV, wl, cfg)
     check(CONV, depthwise_wl(1, 13, 10, 13, epi=("relu",), **geo), cfg)   # stride 2 without the multiplier
 
@@ -142,6 +143,35 @@ def test_dw_blocked_stride_one_matches_numpy(compiled):
     wl = depthwise_wl(1, 21, 7, 12, epi=epi, **geo)
     check(CONV, wl, config(wl, algo="dw_blocked", regtile="8x8", PB=2, parallel=True))
 
+
+
+def test_pointwise_direct_px_is_a_gemm_stored_from_registers():
+    """1x1 stride-1 convs with vectors along the pixels (`_gemm_1x1`): one kernel reading the
+    input in place; channel counts that leave a partial 4-channel tile, planes that leave a
+    partial (or, without extras, an overlapping) 16-pixel tile, groups, a residual and a
+    per-channel scale (which cannot run on the accumulators: the row-view kernel instead)."""
+    cases = [
+        (conv_wl(1, 5, 7, 9, 13, k=1, s=1, p=0, epi=("res", "relu")), True),   # P = 63: a partial pixel tile
+        (conv_wl(2, 6, 9, 9, 10, k=1, s=1, p=0, g=2, bias=False), True),       # P = 81: the last tile overlaps
+        (conv_wl(1, 3, 3, 4, 6, k=1, s=1, p=0, epi=("relu",)), True),          # P = 12 < 16
+        (conv_wl(1, 4, 5, 7, 8, k=1, s=1, p=0, epi=("chan", "relu")), False),
+    ]
+    pairs = []
+    for wl, _ in cases:
+        pairs += [(wl, config(wl, algo="direct", vec="px", regtile="4x16", order=o)) for o in ("oc_px", "px_oc")]
+    precompile("conv2d", pairs)
+    for wl, in_place in cases:
+        for order in ("oc_px", "px_oc"):
+            for ocb, pb in ((1, 1), (4, 2)):
+                cfg = config(wl, algo="direct", vec="px", regtile="4x16", order=order, OCB=ocb, PB=pb, parallel=pb > 1)
+                launch = CONV.lower(wl, cfg).launch
+                x = launch.steps[-1].args[0]
+                assert (len(launch.steps) == 1 and len(getattr(x, "shape", None) or ()) == 3) == in_place, \
+                    "the GEMM kernel is the one step and reads X[N, C, P] in place"
+                check(CONV, wl, cfg)
+    big = conv_wl(1, 16, 48, 48, 96, k=1, s=1, p=0, epi=("relu",))
+    assert (CONV.default_config(big)["algo"], CONV.default_config(big)["vec"]) == ("direct", "px"), \
+        "expand convs of few input channels read the plane in place"
 
 @pytest.mark.slow
 def test_every_code_shape_on_one_odd_shape():

@@ -48,12 +48,12 @@ from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Buffer, Call, In, Launch, Out, Packed, Repeat, Scalar, Table, Var, Work
 from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param, unflatten
-from schedules.microkernel import F0, k_range, register_tile
+from schedules.microkernel import F0, k_range, register_epilogue, register_tile, register_tile_in_place, unsigned
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
 from schedules.templates.conv2d_blocked import channel_block, conv_blocked, pack_w_blocked, pad_blocked
-from schedules.templates.conv2d_depthwise import DWB_TILES, conv_depthwise, pack_w_depthwise, pad_nchw8c
+from schedules.templates.conv2d_depthwise import DWB_TILES, conv_depthwise, pack_w_depthwise
 
 # MR x NR; NR is the vectorized axis (see `vec`). With 16 vector registers (AVX2, or AVX-512
 # with LLVM's prefer-256-bit) 4x16, 6x16 and 4x24 keep 8-12 accumulators in registers; 8x16 and
@@ -61,6 +61,8 @@ from schedules.templates.conv2d_depthwise import DWB_TILES, conv_depthwise, pack
 REG_TILES = ("4x16", "6x16", "4x24", "8x16", "4x32", "8x32")
 DW_TILES = ("4x8", "2x16", "4x16", "2x32")     # depthwise: output rows x pixels of a row
 BLOCKS = (1, 2, 4, 8, 16)
+GEMM_1X1_PIXELS = 128     # 1x1 convs on planes of at least this many pixels read them in place (`_gemm_1x1`);
+                          # on 7x7 maps (P = 49, K up to 960) im2col's packed panels were 1.4x faster
 THREAD_WAKE_FLOPS = 2e6   # below this, a kernel runs single-threaded by default: waking a thread
                           # (~20 us) costs more than splitting the work saves
 
@@ -89,7 +91,8 @@ def _tile_dims(regtile: str) -> tuple[int, int]:
 
 class Conv2dTemplate(Template):
     name = "conv2d"
-    version = 4   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`; v4: `dw_blocked`
+    version = 5   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`; v4: `dw_blocked`;
+                  # v5: dw_blocked pads per band of rows in its kernel, 1x1 direct px stores from registers
 
     def matches(self, wl: Workload) -> bool:
         if not wl.ops or wl.ops[0]["op"] != "Conv" or wl.ops[0]["in"][:2] != ["i0", "i1"]:
@@ -137,8 +140,10 @@ class Conv2dTemplate(Template):
             # vectors along 8-channel blocks beat vectors along a plane's pixels on all 14
             # MobileNetV2/V3 depthwise layers (1.0-3.1x, experiments/bench_conv.md); 8 pixels a
             # tile where a row holds 8 (its last tile overlaps), else 4
+            # (the last tile overlaps), else 4. Bands of 16 output rows: the kernel regroups a
+            # band's input rows (plus the window's halo) into a buffer that stays in cache
             tile = "8x8" if ow >= 8 else "4x8"
-            return self.space(wl).validate({"algo": "dw_blocked", "regtile": tile, "parallel": par, "PB": 1})
+            return self.space(wl).validate({"algo": "dw_blocked", "regtile": tile, "parallel": par, "PB": 16})
         geo = _geometry(wl)
         P = oh * ow
         base = {"order": "oc_px", "parallel": par, "OCB": 1, "PB": 4}
@@ -146,9 +151,12 @@ class Conv2dTemplate(Template):
             return self.space(wl).validate({**base, "algo": "direct", "vec": "oc", "regtile": "4x16", "PB": 1})
         one = geo["KH"] * geo["KW"] == 1
         cg = int(wl.inputs[1]["shape"][1])
-        if one and oc <= 32 and _pointwise(geo, wl.inputs[0]["shape"][2:], (oh, ow)):
-            # projections to few channels: the plane read in place as a GEMM's panel (no packing)
-            return self.space(wl).validate({**base, "algo": "direct", "vec": "px", "regtile": "4x16"})
+        if one and _pointwise(geo, wl.inputs[0]["shape"][2:], (oh, ow)) and (oc <= 32 or P >= GEMM_1X1_PIXELS):
+            # the plane read in place as a GEMM's panel (no packing), full tiles stored from
+            # registers; 4 x 16 (8 accumulators: 6x16 and 4x24 spill in the unrolled k loop,
+            # measured); 4 pixel tiles x 4 channel tiles a work item, pixels outside
+            return self.space(wl).validate({**base, "algo": "direct", "vec": "px", "regtile": "4x16",
+                                            "order": "px_oc", "OCB": 4})
         if not one and cg >= 16:
             # many input channels: 8-channel blocks, 12 accumulators along the output channels;
             # pixel tiles cross rows, so tiny maps (7x7, 14x14) fill them too. Per work item 4
@@ -183,6 +191,8 @@ class Conv2dTemplate(Template):
         K, n_oct = Cg * KH * KW, -(-OCg // tc)
         n_ob = -(-n_oct // OCB)
         if algo == "direct" and _pointwise(geo, (H, W), (OH, OW)):
+            if vec == "px" and _gemm_1x1_epilogue(epi, mr, nr) is not None:
+                return self._lower_gemm_1x1(wl, cfg, geo, epi)
             # a 1x1 stride-1 conv is a GEMM over the whole plane: rows of the map do not matter,
             # so the direct kernel runs on the plane cut into rows that the tiles fill
             H, W = OH, OW = _flat_rows(OH * OW, tp)
@@ -232,6 +242,35 @@ class Conv2dTemplate(Template):
         prepare = (pack_w,) if w_const else ()
         return Lowered(module, Launch(tuple(steps), prepare=prepare, packed=(wp,) if w_const else (),
                                       workspaces=tuple(work), tables=tables))
+
+    def _lower_gemm_1x1(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
+        """A 1x1 stride-1 conv with vectors along the pixels (`_gemm_1x1`): weights packed at
+        prepare, one kernel reading the input in place."""
+        mr, nr = _tile_dims(cfg["regtile"])
+        par, OCB, PB, G = cfg["parallel"], cfg["OCB"], cfg["PB"], geo["G"]
+        N, C = (int(d) for d in wl.inputs[0]["shape"][:2])
+        OC = int(wl.inputs[1]["shape"][0])
+        P = int(wl.output_shape[2]) * int(wl.output_shape[3])
+        Cg, OCg = C // G, OC // G
+        n_oct = -(-OCg // mr)
+        module = LoopModule((_pack_w(mr), _gemm_1x1(mr, nr, cfg["order"], epi)),
+                            doc=f"conv2d kernel: direct 1x1 (GEMM over the plane) vec=px regtile={mr}x{nr} "
+                            f"order={cfg['order']}, epilogue {[st[0]['op'] for st in epi.steps]}",
+                            meta={"template": f"conv2d v{self.version}"})
+        wp = Buffer("Wp", (G, n_oct, Cg, mr))
+        w_const = wl.inputs[1]["const"]
+        pack_w = Call("pack_w", (In(1, (OC, Cg), "float32"), Packed("Wp") if w_const else Work("Wp"),
+                                 Scalar(G), Scalar(OCg), Scalar(Cg)), items=G * n_oct, parallel=par)
+        bias, tables = _bias(wl, OC)
+        extras = tuple(e.arg(wl, N * OC, P, wl.output_shape) for e in epi.extras)
+        conv = Call("conv", (In(0, (N, C, P), "float32"), pack_w.args[1], bias, *extras, Out((N, OC, P)),
+                             *(Scalar(v) for v in (N, C, OC, G, P, OCB, PB))),
+                    items=N * G * -(-n_oct // OCB) * -(-(-(-P // nr)) // PB), parallel=par)
+        steps, work = (conv,), ()
+        if not w_const:
+            steps, work = (pack_w, conv), (wp,)
+        return Lowered(module, Launch(steps, prepare=(pack_w,) if w_const else (), packed=(wp,) if w_const else (),
+                                      workspaces=work, tables=tables))
 
     def _lower_blocked(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
         """The NCHWc-style direct conv (`conv2d_blocked`): pad into channel blocks, one kernel."""
@@ -291,8 +330,8 @@ class Conv2dTemplate(Template):
         return Lowered(module, Launch((step,), tables=tables))
 
     def _lower_dw_blocked(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
-        """Depthwise along 8-channel blocks (`conv2d_depthwise`): pad into channel blocks,
-        weights packed at prepare, one kernel."""
+        """Depthwise along 8-channel blocks (`conv2d_depthwise`): weights packed at prepare, one
+        kernel that regroups each band of input rows into channel blocks itself."""
         tp, cb = _tile_dims(cfg["regtile"])
         assert cb == channel_block(1)
         par = cfg["parallel"]
@@ -302,7 +341,7 @@ class Conv2dTemplate(Template):
         OH, OW = (int(d) for d in wl.output_shape[2:])
         KH, KW = geo["KH"], geo["KW"]
         ncb = -(-C // cb)
-        module = LoopModule((pack_w_depthwise(cb, KH * KW), pad_nchw8c(cb), conv_depthwise(tp, geo, epi, cb)),
+        module = LoopModule((pack_w_depthwise(cb, KH * KW), conv_depthwise(tp, geo, epi, cb)),
                             doc=f"conv2d kernel: dw_blocked (NCHW{cb}c) regtile={tp}x{cb} kernel={KH}x{KW} "
                             f"stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
                             f"epilogue {[st[0]['op'] for st in epi.steps]}",
@@ -313,18 +352,13 @@ class Conv2dTemplate(Template):
                                  Scalar(C), Scalar(M)), items=M * ncb, parallel=par)
         bias, tables = _bias(wl, OC)
         extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
-        hp = (OH - 1) * geo["SH"] + (KH - 1) * geo["DH"] + 1   # the rows and columns the windows read
-        wpad = (OW - 1) * geo["SW"] + (KW - 1) * geo["DW"] + 1
-        xc = Buffer("Xc", (N, ncb, hp * wpad * cb))
-        pad = Call("pad", (In(0, (N, C, H, W), "float32"), Work("Xc"),
-                           *(Scalar(v) for v in (N, C, H, W, hp, wpad, geo["PT"], geo["PL"]))),
-                   items=N * ncb, parallel=par)
-        conv = Call("conv", (Work("Xc"), pack_w.args[1], bias, *extras, Out(),
-                             *(Scalar(v) for v in (N, C, M, OH, OW, wpad, cfg["PB"]))),
-                    items=N * ncb * M * -(-OH // cfg["PB"]), parallel=par)
-        steps, work = (pad, conv), (xc,)
+        wpad = (OW - 1) * geo["SW"] + (KW - 1) * geo["DW"] + 1   # the columns the windows read
+        conv = Call("conv", (In(0, (N, C * H * W), "float32"), pack_w.args[1], bias, *extras, Out((N, OC * OH * OW)),
+                             *(Scalar(v) for v in (N, C, M, H, W, OH, OW, wpad, geo["PT"], geo["PL"], cfg["PB"]))),
+                    items=N * ncb * -(-OH // cfg["PB"]), parallel=par)
+        steps, work = (conv,), ()
         if not w_const:
-            steps, work = (pack_w,) + steps, (wp,) + work
+            steps, work = (pack_w, conv), (wp,)
         return Lowered(module, Launch(steps, prepare=(pack_w,) if w_const else (), packed=(wp,) if w_const else (),
                                       workspaces=work, tables=tables))
 
@@ -539,6 +573,57 @@ def _direct(mr: int, nr: int, vec: str, order: str, geo: dict, epi: Epilogue) ->
         Param(n, "int64") for n in ("N", "C", "OC", "G", "OH", "OW", "OCB", "PB", "t", "T"))
     return Function("conv", params, body)
 
+
+def _gemm_1x1_epilogue(epi: Epilogue, mr: int, nr: int):
+    """finish(r, c) adding the bias and applying the epilogue to accumulator c{r}_{c} of a full
+    1x1 tile (MR channels from oc0 x NR pixels from p0), or None where the epilogue cannot run
+    on the accumulators (too long, or a channel-indexed extra: `register_epilogue`)."""
+    def bias(r: int, c: int) -> tuple:
+        return (Assign(f"c{r}_{c}", f"c{r}_{c} + bias[{unsigned(f'oc0 + {r}')}]"),)
+    if not epi.steps:
+        return bias
+    in_registers = register_epilogue(epi, mr, nr, lambda r: f"n * OC + oc0 + {r}", "p0")
+    if in_registers is None:
+        return None
+    return lambda r, c: bias(r, c) + in_registers(r, c)
+
+
+def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue) -> Function:
+    """A 1x1 stride-1 conv as a GEMM over the image's plane, out[n][OC, P] = W[OC, C] @ X[n][C, P]:
+    MR output channels x NR pixels of accumulators, vectors along the pixels (contiguous in
+    NCHW), the input read in place and a full tile stored straight from its accumulators with
+    bias and epilogue applied there (`register_tile_in_place`). With few input channels (K = 16
+    or 24, MobileNet's expand convs) the k loop is short, so the store is much of the tile's
+    work: through `ct` and a loop over its rows it cost as much as the FMAs. Without extras (a
+    residual input may be the output buffer itself) the last pixel tile moves left to end at
+    the plane's end, so planes of at least NR pixels store full tiles only."""
+    a_load = lambda r: f"Wp[g, oct, uk, u{r}]"        # noqa: E731
+    b_load = lambda q: f"xg[uci, up0 + u{q}]"         # noqa: E731
+    k_loops = lambda body: (For("k", "0", "Cg", (      # noqa: E731
+        Assign("uk", "np.uint64(k)"), Assign("uci", "np.uint64(g * Cg + k)")) + body),)
+    edge = _store_px(mr, nr, epi, "og[oc]", "p0", f"min({nr}, P - p0)", "pq")
+    p0 = f"min(pt * {nr}, max(0, P - {nr}))" if not epi.extras else f"pt * {nr}"
+    tile = (Assign("p0", p0), Assign("up0", "np.uint64(p0)"), Assign("oc0", f"g * OCg + oct * {mr}")) \
+        + register_tile_in_place(mr, nr, a_load, b_load, k_loops, "og", "oc0", "p0",
+                                 full=f"oct * {mr} + {mr} <= OCg and p0 + {nr} <= P", edge_store=edge,
+                                 epilogue=_gemm_1x1_epilogue(epi, mr, nr),
+                                 comment=f"{mr}x{nr} register tile (output channels x pixels of the plane), "
+                                         f"SLP-vectorized along pixels, stored from registers")
+    body = (
+        Assign("Cg", "C // G"), Assign("OCg", "OC // G"),
+        Assign("n_oct", f"(OCg + {mr - 1}) // {mr}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),
+        Assign("n_pt", f"(P + {nr - 1}) // {nr}"), Assign("n_pb", "(n_pt + PB - 1) // PB"),
+        *(Assign(f"u{q}", f"np.uint64({q})") for q in range(max(mr, nr))),
+        Alloc("ct", (str(mr), str(nr))),
+        For("it", "t", "N * G * n_ob * n_pb", step="T", body=(
+            *unflatten("it", (("pb", "n_pb"), ("ob", "n_ob"), ("g", "G")), "n"),
+            Assign("xg", "X[n]"), Assign("og", "out[n]"),
+            *_tile_loops(order, ("pt", "pb * PB", "min(n_pt, pb * PB + PB)"), tile),
+        )),
+    )
+    params = _params(epi, (Param("X", "float32[:, :, ::1]"),), "float32[:, :, ::1]") + tuple(
+        Param(n, "int64") for n in ("N", "C", "OC", "G", "P", "OCB", "PB", "t", "T"))
+    return Function("conv", params, body)
 
 def _reads_in_bounds(wl: Workload, geo: dict, OH: int, OW: int) -> bool:
     """No pads, and every output pixel's window lies inside the input."""

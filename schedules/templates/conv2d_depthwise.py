@@ -2,10 +2,13 @@
 onnxruntime's and TVM's x86 depthwise kernels).
 
 The `depthwise` algorithm vectorizes along the pixels of one channel plane, so small maps
-(7x7, 14x14) and strides waste most lanes. Here `pad_nchw8c` regroups the input into blocks of
-8 channels (`conv2d_blocked.channel_block`: one AVX2 vector) of zero-bordered planes,
-`Xc[n, cbk, (ih * WP + j) * 8 + ci]` (no phase split: a strided conv's channel vectors are
-contiguous anyway), and the weights are packed at prepare as `Wp[m, cbk, (kh * KW + kw) * 8 + ci]`
+(7x7, 14x14) and strides waste most lanes. Here the kernel regroups the input into blocks of
+8 channels (`conv2d_blocked.channel_block`: one AVX2 vector) of zero-bordered rows, one band
+of PB output rows (plus the window's halo rows) at a time into a thread-local buffer
+`xb[(r * WP + j) * 8 + ci]` that stays in cache (`fill_band`; no phase split: a strided conv's
+channel vectors are contiguous anyway). A separate pad pass over the whole map took 33-55 %
+of a layer (it wrote the regrouped map to memory and the kernel read it back). The weights
+are packed at prepare as `Wp[m, cbk, (kh * KW + kw) * 8 + ci]`
 (m: the channel multiplier). The register tile is TP consecutive output pixels of a row x the
 block's 8 channels: per tap one weight vector and TP input vectors feed TP FMAs; the kh/kw
 loops have constant trip counts, so LLVM unrolls them. Indices are unsigned (np.uint64), so
@@ -17,7 +20,8 @@ FMAs; `ct` written transposed took twice as long, measured). Without residual-li
 input that may be the output buffer itself) a row's last tile ends at the row's end,
 overlapping its neighbour, so rows of at least TP pixels store full tiles only; otherwise, and
 for a partial last channel block, the pixels past the row read the last pixel's window and
-the tile is stored through `ct`. Rows per work item (`PB`) are a run-time knob.
+the tile is stored through `ct`. Rows per band (`PB`, a work item) are a run-time knob;
+the output is read and written through flat per-image views (no view per channel row).
 """
 from __future__ import annotations
 
@@ -50,48 +54,44 @@ def pack_w_depthwise(cb: int, taps: int) -> Function:
     return Function("pack_w", params, body)
 
 
-def pad_nchw8c(cb: int) -> Function:
-    """X[N, C, H, W] into Xc[N, NCB, HP * WP * CB]: element (ih, j, ci) of block cbk is
-    x[n, cbk * CB + ci, ih - PT, j - PL], zero outside the input and past the channels. No
-    phase split: channel vectors of a strided conv are contiguous anyway. A full block's row
-    is written by one loop over the pixels with the CB channels unrolled (an interleaved store
-    group that LLVM vectorizes; the blocked conv's pad, one channel at a time, writes with
-    stride CB and took longer than the depthwise kernel itself, measured). Thread t of T
-    writes blocks t, t+T, ..."""
-    full = (
-        Assign("d", f"drow[j0 * {cb}:]"),
-        *(Assign(f"s{ci}", f"X[n, cbk * {cb} + {ci}, h, j0 - PL:]") for ci in range(cb)),
-        For("jj", "0", "j1 - j0", tuple(Assign(f"d[jj * {cb} + {ci}]", f"s{ci}[jj]") for ci in range(cb))),
+def fill_band(cb: int, geo: dict) -> tuple:
+    """Statements writing the band's input rows into the thread-local `xb` (rows ih0 .. ih0 +
+    nrows - 1 of the zero-bordered plane, WP pixels x CB channels each), from the image's flat
+    input `xn` ([C * H * W]). Every index is unsigned (no wraparound tests) and no row is
+    sliced into a view (each view costs an NRT incref and decref: with 8 per row the pad step
+    took 2 cycles an element, measured); a full block's row is one loop over the pixels with the
+    CB channels unrolled, which LLVM vectorizes as an interleaved store group."""
+    full = tuple(Assign(f"s{ci}", f"sb + np.uint64({ci} * H * W)") for ci in range(cb)) + (
+        For("jj", "0", "j1 - j0", (Assign("uj", "np.uint64(jj)"), Assign("dj", f"db + np.uint64(jj * {cb})")) + tuple(
+            Assign(f"xb[dj + u{ci}]", f"xn[s{ci} + uj]") for ci in range(cb))),
     )
     partial = (For("ci", "0", str(cb), (
-        Assign("c", f"cbk * {cb} + ci"), Assign("d", f"drow[j0 * {cb} + ci:]"),
-        If("c < C", (Assign("srow", "X[n, c, h, j0 - PL:]"), For("jj", "0", "j1 - j0", (Assign(f"d[jj * {cb}]", "srow[jj]"),)),),
-           (For("jj", "0", "j1 - j0", (Assign(f"d[jj * {cb}]", F0),)),)),
+        Assign("c", f"cbk * {cb} + ci"), Assign("uc", "np.uint64(ci)"),
+        If("c < C", (Assign("sc", f"sb + np.uint64(ci * H * W)"),
+                     For("jj", "0", "j1 - j0", (Assign(f"xb[db + np.uint64(jj * {cb}) + uc]", "xn[sc + np.uint64(jj)]"),))),
+           (For("jj", "0", "j1 - j0", (Assign(f"xb[db + np.uint64(jj * {cb}) + uc]", F0),)),)),
     )),)
     row = (
-        Assign("j0", "min(WP, PL)"), Assign("j1", "max(j0, min(WP, W + PL))"),
-        For("q", "0", f"j0 * {cb}", (Assign("drow[q]", F0),)),
-        For("q", f"j1 * {cb}", f"WP * {cb}", (Assign("drow[q]", F0),)),
+        For("q", "0", f"j0 * {cb}", (Assign("xb[np.uint64(d0 + q)]", F0),)),
+        For("q", f"j1 * {cb}", f"WP * {cb}", (Assign("xb[np.uint64(d0 + q)]", F0),)),
+        Assign("sb", f"np.uint64(max(0, (cbk * {cb} * H + h) * W + j0 - PL))"),
+        Assign("db", f"np.uint64(d0 + j0 * {cb})"),
         If(f"cbk * {cb} + {cb} <= C", full, partial),
     )
-    body = (
-        Assign("NCB", "Xc.shape[1]"),
-        For("p", "t", "N * NCB", step="T", body=(
-            Assign("n", "p // NCB"), Assign("cbk", "p % NCB"), Assign("xb", "Xc[n, cbk]"),
-            For("ih", "0", "HP", (
-                Assign("h", "ih - PT"), Assign("drow", f"xb[ih * WP * {cb}:]"),
-                If("h >= 0 and h < H", row, (For("q", "0", f"WP * {cb}", (Assign("drow[q]", F0),)),)),
-            )),
+    return (
+        Assign("j0", "min(WP, PL)"), Assign("j1", "max(j0, min(WP, W + PL))"),
+        For("r", "0", f"(oh1 - 1 - oh0) * {geo['SH']} + {(geo['KH'] - 1) * geo['DH'] + 1}", (
+            Assign("h", f"oh0 * {geo['SH']} + r - PT"), Assign("d0", f"r * WP * {cb}"),
+            If("h >= 0 and h < H", row, (For("q", "0", f"WP * {cb}", (Assign("xb[np.uint64(d0 + q)]", F0),)),)),
         )),
     )
-    params = (Param("X", "float32[:, :, :, ::1]"), Param("Xc", "float32[:, :, ::1]")) + tuple(
-        Param(n, "int64") for n in ("N", "C", "H", "W", "HP", "WP", "PT", "PL", "t", "T"))
-    return Function("pad", params, body)
 
 
 def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int) -> Function:
-    """The kernel: work items t, t+T, ... of (n, block, m, PB output rows); per row, tiles of
-    TP pixels x CB channels."""
+    """The kernel: work items t, t+T, ... of (n, block, band of PB output rows); per item the
+    band's input rows into the thread-local `xb` (`fill_band`: it stays in cache, where a
+    separate pad pass wrote the whole regrouped map to memory and the kernel read it back),
+    then per channel multiplier m and output row, tiles of TP pixels x CB channels."""
     g = geo
     acc = [[f"c{r}_{q}" for q in range(cb)] for r in range(tp)]
     tap = (
@@ -101,15 +101,15 @@ def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int) -> Function:
         + tuple(Assign(f"i{r}", f"o{r} + xo") for r in range(tp)) \
         + tuple(Assign(acc[r][q], f"xb[i{r} + u{q}] * w{q}", "+") for r in range(tp) for q in range(cb))
     store = buffered_store(epi, f"min({cb}, C - cbk * {cb})", f"(cbk * {cb} + q) * M + m",
-                           "out[n, oc, oh, ow0:]", f"min({tp}, OW - ow0)", "oh * OW + ow0 + r")
+                           "oimg[(oc * OH + oh) * OW + ow0:]", f"min({tp}, OW - ow0)", "oh * OW + ow0 + r")
     fast = ()   # a full tile: the epilogue on the accumulators, per channel TP contiguous stores
     for q in range(cb):
         fast += (Assign(f"oc{q}", f"(cbk * {cb} + {q}) * M + m"), Assign(f"b{q}", f"bias[oc{q}]"),
-                 Assign(f"orow{q}", f"out[n, oc{q}, oh]"))
+                 Assign(f"ob{q}", f"np.uint64((oc{q} * OH + oh) * OW + ow0)"))
         for r in range(tp):
             fa, fr = epi.emit(f"v{r}_{q}", f"n * OC + oc{q}", f"oh * OW + ow0 + {r}", f"e{r}_{q}_", c=f"oc{q}")
             fast += (Assign(f"v{r}_{q}", f"{acc[r][q]} + b{q}"),) + tuple(Assign(n, e) for n, e in fa) \
-                + (Assign(f"orow{q}[uo + u{r}]", fr),)
+                + (Assign(f"oimg[ob{q} + u{r}]", fr),)
     # without extras (a residual input could be the output buffer itself), a row's last tile
     # moves left to end at the row's end: it recomputes a few pixels, but stores a full tile
     ow0 = f"min(owt * {tp}, max(0, OW - {tp}))" if not epi.extras else f"owt * {tp}"
@@ -119,25 +119,30 @@ def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int) -> Function:
         *(Assign(acc[r][q], F0) for r in range(tp) for q in range(cb)),
         Comment(f"{tp}x{cb} depthwise tile (pixels x channels of a block), SLP-vectorized along channels"),
         For("kh", "0", str(g["KH"]), (For("kw", "0", str(g["KW"]), tap),)),
-        Assign("uo", "np.uint64(ow0)"),
         If(f"ow0 + {tp} <= OW and cbk * {cb} + {cb} <= C", fast,
            tuple(Assign(f"ct[{r}, {q}]", acc[r][q]) for r in range(tp) for q in range(cb)) + store),
     )
+    band_rows = f"(min(PB, OH) - 1) * {g['SH']} + {(g['KH'] - 1) * g['DH'] + 1}"
     body = (
-        Assign("NCB", "Xc.shape[1]"), Assign("OC", "C * M"),
+        Assign("NCB", f"(C + {cb - 1}) // {cb}"), Assign("OC", "C * M"),
         Assign("n_rb", "(OH + PB - 1) // PB"), Assign("n_owt", f"(OW + {tp - 1}) // {tp}"),
         *(Assign(f"u{q}", f"np.uint64({q})") for q in range(max(cb, tp))),
-        Alloc("ct", (str(tp), str(cb))),
-        For("it", "t", "N * NCB * M * n_rb", step="T", body=(
-            *unflatten("it", (("rb", "n_rb"), ("m", "M"), ("cbk", "NCB")), "n"),
-            Assign("xb", "Xc[n, cbk]"), Assign("wk", "Wp[m, cbk]"),
-            For("oh", "rb * PB", "min(OH, rb * PB + PB)", (
-                Assign("rowo", f"oh * {g['SH']} * WP * {cb}"),
-                For("owt", "0", "n_owt", tile),
+        Alloc("ct", (str(tp), str(cb))), Alloc("xb", (f"({band_rows}) * WP * {cb}",)),
+        For("it", "t", "N * NCB * n_rb", step="T", body=(
+            *unflatten("it", (("rb", "n_rb"), ("cbk", "NCB")), "n"),
+            Assign("oh0", "rb * PB"), Assign("oh1", "min(OH, oh0 + PB)"),
+            Assign("xn", "X[n]"), Assign("oimg", "out[n]"),
+            *fill_band(cb, g),
+            For("m", "0", "M", (
+                Assign("wk", "Wp[m, cbk]"),
+                For("oh", "oh0", "oh1", (
+                    Assign("rowo", f"(oh - oh0) * {g['SH']} * WP * {cb}"),
+                    For("owt", "0", "n_owt", tile),
+                )),
             )),
         )),
     )
-    params = (Param("Xc", "float32[:, :, ::1]"), Param("Wp", "float32[:, :, ::1]"), Param("bias", "float32[::1]")) \
-        + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, :, :, ::1]"),) + tuple(
-        Param(n, "int64") for n in ("N", "C", "M", "OH", "OW", "WP", "PB", "t", "T"))
+    params = (Param("X", "float32[:, ::1]"), Param("Wp", "float32[:, :, ::1]"), Param("bias", "float32[::1]")) \
+        + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, ::1]"),) + tuple(
+        Param(n, "int64") for n in ("N", "C", "M", "H", "W", "OH", "OW", "WP", "PT", "PL", "PB", "t", "T"))
     return Function("conv", params, body)

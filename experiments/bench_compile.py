@@ -161,7 +161,9 @@ def compile_model(name: str, path: Path, speed: int) -> dict:
 def cold_call(path: Path, sizes: dict) -> dict:
     """Run in a fresh process with an empty cache: load the model and time its first call."""
     import runtime
+    from ir.settings import Settings, use
     from runtime.cli import random_feeds
+    use(Settings.from_env())   # the fresh TENSORTUNE_CACHE run_side made (the library reads no env itself)
     t0 = time.perf_counter()
     model = runtime.load(str(path))
     feeds = random_feeds(model.graph, sizes, seed=0)

@@ -24,6 +24,9 @@ class Knob:
     name: str
     options: tuple
     code_shape: bool = True   # False: a run-time argument, candidates share one compile
+    # a knob added after configs were recorded: the value those configs ran as (filled in when
+    # they are read back), so records and plans stay valid; None: configs without it are refused
+    before: object = None
 
     def allows(self, value) -> bool:
         """Type-exact membership: 8.0, True and "8" are not the option 8 (nor True the option 1),
@@ -157,6 +160,9 @@ class ConfigSpace:
 
     def validate(self, values: dict | Config) -> Config:
         values = values.to_json() if isinstance(values, Config) else dict(values)
+        for k in self.knobs:
+            if k.name not in values and k.before is not None and k.allows(k.before):
+                values[k.name] = k.before
         missing = [k.name for k in self.knobs if k.name not in values]
         extra = [n for n in values if n not in self._by_name]
         if missing or extra:

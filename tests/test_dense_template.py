@@ -54,6 +54,15 @@ def test_space_has_the_knobs_the_issue_asks_for():
     assert len(space) > 1000
 
 
+def test_configs_recorded_before_tile_code_read_back_as_slp():
+    """Records and plans made before the vector-IR tile existed stay valid: they ran as slp."""
+    space = DENSE.space(workload(32, 256, 256))
+    old = {"regtile": "4x16", "order": "ji", "parallel": False, "MB": 2, "NB": 2, "KB": 32}
+    assert space.validate(old)["tile_code"] == "slp"
+    with pytest.raises(Exception, match="missing knobs"):
+        space.validate({k: v for k, v in old.items() if k != "order"})   # other knobs have no such value
+
+
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), m=st.sampled_from([1, 2, 7, 37, 64]), k=st.sampled_from([1, 5, 19, 64]),
        n=st.sampled_from([1, 3, 53, 70]))

@@ -62,7 +62,7 @@ class BatchMatmulTemplate(Template):
             Knob("regtile", pick_tiles(REG_TILES, *vector_shape(target))),
             Knob("parallel", (True, False), code_shape=False),
             Knob("MB", (1, 2, 4, 8, 16), code_shape=False),
-            Knob("tile_code", tile_codes(target)),
+            Knob("tile_code", tile_codes(target), before="slp"),
         ])
 
     def default_config(self, wl: Workload, target=None) -> Config:

@@ -88,7 +88,7 @@ class DenseTemplate(Template):
             Knob("MB", BLOCKS, code_shape=False),
             Knob("NB", BLOCKS, code_shape=False),
             Knob("KB", k_opts, code_shape=False),
-            Knob("tile_code", tile_codes(target)),
+            Knob("tile_code", tile_codes(target), before="slp"),
         ])
 
     def default_config(self, wl: Workload, target=None) -> Config:

@@ -172,6 +172,8 @@ def _run(args) -> int:
                     ("--seed", args.seed)):
         if not v >= 0:
             raise TensortuneError(f"{flag} must be >= 0, got {v}")
+    if not 0 <= args.compile_share < 1:
+        raise TensortuneError(f"--compile-share must be >= 0 and < 1 (0: no limit), got {args.compile_share}")
     from tuner.search import STRATEGIES
     if args.strategy not in STRATEGIES:  # validate names before any work
         raise TensortuneError(f"unknown --strategy '{args.strategy}' (choose from: {', '.join(sorted(STRATEGIES))})")

@@ -32,7 +32,10 @@ class CompileBudget:
         self.share, self.builders = share, max(1, int(builders))
         self.default_run_s, self.default_compile_s = run_s, compile_s
         self.window = window
-        self.compile_costs: list[float] = []    # seconds of the recent new code shapes' compiles
+        # seconds of the recent new code shapes' compiles, starting from two of the prior: a task's
+        # first batch also compiles the helpers (packing, padding) once per machine, and must not
+        # alone make every later code shape look that dear
+        self.compile_costs: list[float] = [compile_s, compile_s]
         self.credit = self.builders * compile_s  # the first batch compiles on every builder
         self.compiled = 0                         # new code shapes paid for
         self.spent_s = 0.0
@@ -40,7 +43,7 @@ class CompileBudget:
     @property
     def code_cost(self) -> float:
         """Seconds one new code shape costs now: the median of the recent ones."""
-        return statistics.median(self.compile_costs[-self.window:]) if self.compile_costs else self.default_compile_s
+        return statistics.median(self.compile_costs[-self.window:])
 
     def allowance(self) -> int:
         """New code shapes the next batch may hold: what the credit pays for, in whole

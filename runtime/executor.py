@@ -65,24 +65,30 @@ def compile_on_workers(backend, modules: dict, workers: int, timeout: float = 60
     processes (`tuner.measure.worker`: no fork of a process running numba threads, no
     re-import of the caller's __main__), each filling the kernel cache this process then
     loads from. A module that fails or times out is left out."""
+    import queue
     from concurrent.futures import ThreadPoolExecutor
 
     from tuner.measure import jobs
     from tuner.measure.worker import Worker
     settings = backend.settings.to_json()
-    keys = list(modules)
+    todo = queue.SimpleQueue()   # each worker takes the next module when it is free: no long
+    for key in modules:          # compile holds up the short ones a fixed split queued behind it
+        todo.put(key)
     pool = [Worker({"NUMBA_NUM_THREADS": "1"}) for _ in range(workers)]
 
     def build(w: int) -> dict:
         out = {}
-        for key in keys[w::workers]:
+        while True:
+            try:
+                key = todo.get_nowait()
+            except queue.Empty:
+                return out
             try:
                 reply = pool[w].call(jobs.build_job, {"module": modules[key], "settings": settings}, timeout)
             except Exception:   # noqa: BLE001 (a worker that died or overran: compiled here instead)
                 continue
             if reply[0] == "ok":
                 out[key] = reply[1]
-        return out
     try:
         with ThreadPoolExecutor(workers) as threads:
             return {k: a for part in threads.map(build, range(workers)) for k, a in part.items()}

@@ -57,3 +57,29 @@ def test_compile_error_is_a_result(mlp_workload):
     finally:
         builder.close()
     assert r.status == "compile_error" and r.error
+
+
+def test_candidates_sharing_a_code_shape_compile_once_and_each_is_measured(mlp_workload):
+    """Run-time knobs are kernel arguments: two configs that differ only in them share one
+    compile (one build job); a config of another code shape gets its own; all three are timed."""
+    dense = get_template("dense")
+    space = dense.space(mlp_workload)
+    base = dense.default_config(mlp_workload)
+    run_knob = next(k for k in space.knobs if not k.code_shape and len(k.options) > 1)
+    code_knob = next(k for k in space.knobs if k.code_shape and len(k.options) > 1)
+    other_run = next(o for o in run_knob.options if o != base[run_knob.name])
+    other_code = next(o for o in code_knob.options if o != base[code_knob.name]
+                      and space.allowed({**base.to_json(), code_knob.name: o}))
+    configs = [base, space.validate({**base.to_json(), run_knob.name: other_run}),
+               space.validate({**base.to_json(), code_knob.name: other_code})]
+    builder, runner = LocalBuilder(n_workers=2, timeout=300), LocalRunner(timeout=60, repeat=1, min_repeat_ms=1)
+    jobs = []
+    real = builder._build_one
+    builder._build_one = lambda worker, module: jobs.append(module) or real(worker, module)
+    try:
+        results = measure(builder, runner, [MeasureInput(mlp_workload, "dense", c) for c in configs])
+    finally:
+        builder.close()
+        runner.close()
+    assert len(jobs) == 2
+    assert [r.status for r in results] == ["ok"] * 3 and all(r.median > 0 for r in results)

@@ -135,13 +135,15 @@ def test_simulated_annealing_finds_good_configs_of_a_large_space():
 
 def test_model_guided_beats_random_on_recorded_dense():
     """xgb reaches 95% of the best recorded latency in at most half the trials random needs
-    (mean over 3 seeds), on the recorded 128x256x1024 table (6 of 2688 configs qualify)."""
+    (mean over 3 seeds), on the recorded 128x256x1024 table (6 of 2688 configs qualify).
+    Trials, not tuning time: without the compile budget (tests/test_compile_budget.py
+    compares in time)."""
     goal = table(SHAPE).best / 0.95
     need = {}
     for name in ("random", "xgb"):
         ts = []
         for seed in range(3):
-            rep, _ = tune(name, 400, seed=seed)
+            rep, _ = tune(name, 400, seed=seed, compile_share=None)
             ts.append(trials_to_reach(rep.history, goal) or 401)
         need[name] = np.mean(ts)
     assert need["xgb"] <= need["random"] / 2, need

@@ -149,6 +149,7 @@ def test_flush_caches_writes_every_element_of_a_buffer_larger_than_the_caches():
     (["--cost-model", "gbm"], "--cost-model 'gbm'"),
     (["--time-budget", "0"], "--time-budget"),
     (["--repeat", "0"], "--repeat"),
+    (["--compile-share", "1"], "--compile-share"),
 ])
 def test_bad_tuner_flags_are_one_line_errors(args, needle, capsys):
     from tuner.cli import main

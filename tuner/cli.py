@@ -29,6 +29,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="stop starting new batches after this many seconds")
     p.add_argument("--batch-size", type=int, default=8, help="candidates per measurement batch")
+    p.add_argument("--compile-share", type=float, default=0.5, metavar="F",
+                   help="cost-aware batches (random, xgb): compiling new code shapes takes about this share of the "
+                        "tuning time, the rest measures run-time variants of built kernels (default 0.5; 0: no "
+                        "limit, every proposal may be a new code shape)")
     p.add_argument("--seed", type=int, default=0, help="makes the proposal sequence reproducible")
     p.add_argument("--early-stopping", type=int, default=None, metavar="N",
                    help="stop a task after N trials without improvement")
@@ -168,6 +172,8 @@ def _run(args) -> int:
                     ("--seed", args.seed)):
         if not v >= 0:
             raise TensortuneError(f"{flag} must be >= 0, got {v}")
+    if not 0 <= args.compile_share < 1:
+        raise TensortuneError(f"--compile-share must be >= 0 and < 1 (0: no limit), got {args.compile_share}")
     from tuner.search import STRATEGIES
     if args.strategy not in STRATEGIES:  # validate names before any work
         raise TensortuneError(f"unknown --strategy '{args.strategy}' (choose from: {', '.join(sorted(STRATEGIES))})")
@@ -205,7 +211,7 @@ def _run(args) -> int:
                        scheduler=args.scheduler, time_budget=args.time_budget, cost_model=args.cost_model,
                        transfer=not args.no_transfer, fallback=args.fallback, builder=args.builder,
                        runner=args.runner, plot=args.plot, ray=args.ray, target_key=args.target_key,
-                       verify_runs=args.verify_runs)
+                       verify_runs=args.verify_runs, compile_share=args.compile_share or None)
     builder = runner = target = None
     if args.runner == "ray":   # the cluster answers (and has a matching node) before anything is tuned
         from tuner.measure import make_builder, make_runner

@@ -64,6 +64,9 @@ class TuneOptions:
     target_key: str | None = None        # the "ray" runner measures only on nodes of this target key
     verify_runs: int = 0                 # > 0: after tuning, time each tuned subgraph against its default inside
                                          # the model this many runs and keep the faster (tuner.verify)
+    compile_share: float | None = 0.5    # cost-aware batches: compiling new code shapes takes about this share of
+                                         # the tuning time, the rest measures run-time variants of built ones
+                                         # (tuner.compile_budget); None: any proposal may be a new code shape
 
 
 @dataclass
@@ -163,6 +166,8 @@ class TuneContext:
         self.ttl = opts.claim_ttl or opts.batch_size * (opts.build_timeout + opts.run_timeout) + 60.0
         self.interrupts: _Interrupts | None = None
         self.batch: Batch | None = None
+        self.budget = None                      # tuner.compile_budget.CompileBudget (see tune_tasks)
+        self.claimed_new: dict[int, set] = {}   # task -> code shapes its last claimed batch builds first
 
     def add_task(self, rep: TaskReport) -> None:
         t, db, target, opts = rep.task, self.db, self.target, self.opts
@@ -189,9 +194,14 @@ class TuneContext:
         """Up to n configs for task i that no other tuner holds or has measured meanwhile;
         refused proposals are dropped (their holder measures them) and the batch refilled."""
         rep, strategy, wl = self.reports[i], self.strategies[i], self.reports[i].task.workload
+        budget = self.budget.allowance() if self.budget is not None and strategy.cost_aware else None
+        before = set(strategy.built)
         out = []
         while len(out) < n:
-            configs = _next_configs(rep, strategy, n - len(out), self.retry[i])
+            left = None if budget is None else max(0, budget - len(strategy.built - before))
+            configs = _next_configs(rep, strategy, n - len(out), self.retry[i], left)
+            if not configs and not out and left == 0:   # nothing built to vary: one new code shape
+                configs = _next_configs(rep, strategy, n, self.retry[i], 1)
             if not configs:   # the space is exhausted (for this tuner)
                 break
             strategy.measured |= {c.hash for c in configs}
@@ -199,6 +209,7 @@ class TuneContext:
             granted = set(self.db.claim(wl.key, self.target.key, [c.hash for c in configs], self.owner, self.ttl,
                                         known, alive=owner_alive))
             out += [c for c in configs if c.hash in granted]
+        self.claimed_new[i] = {strategy.space.code_key(c) for c in out} - before
         return out
 
     def on_result(self, i: int, r: MeasureResult) -> None:
@@ -218,6 +229,8 @@ class TuneContext:
         self.batch = b
         scheduler.update(i, len(b.results), rep.best)
         self.timing.candidates += len(b.results)
+        if self.budget is not None:
+            self.budget.observe(b.results, _code_costs(b, self.strategies[i].space, self.budget.code_cost))
         if self.opts.early_stopping and rep.since_best >= self.opts.early_stopping:
             scheduler.retire(i)
             b.early_stopped = True
@@ -326,6 +339,10 @@ def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Targe
         reports.timing, reports.order = Timing(), []
         ctx = TuneContext(reports, db, opts, target, settings, make_scheduler(opts.scheduler, tasks, seed=opts.seed),
                           default_callbacks(opts) + list(callbacks or ()))
+        if opts.compile_share is not None:
+            from tuner.compile_budget import CompileBudget
+            ctx.budget = CompileBudget(opts.compile_share, builders=getattr(builder, "parallel", 1),
+                                       run_s=_expected_run_s(opts))
     except BaseException:
         for stage in owned:
             stage.close()
@@ -372,6 +389,7 @@ class Batch:
     run_s: float = 0.0        # time the loop waited for the runner on this batch's results
     compiles: int = 0
     early_stopped: bool = False
+    new_codes: set = field(default_factory=set)   # code shapes this batch builds for the first time
 
     @property
     def done(self) -> bool:
@@ -382,6 +400,24 @@ def _compiles(builds) -> int:
     """Builds that really compiled; candidates sharing one source share one compile."""
     return len({b.kernel.artifact.key if b.kernel is not None else id(b) for b in builds
                 if b.status == "ok" and b.compile_s > 0 and not b.cached})
+
+
+def _code_costs(b: Batch, space, default: float) -> dict:
+    """code key -> compile seconds of each code shape batch `b` built first (a failed build:
+    `default`, what one costs now)."""
+    costs = {}
+    for r in b.results:
+        key = space.code_key(r.input.config)
+        if key in b.new_codes:
+            cost = r.compile_s if r.ok or r.compile_s > 0 else default
+            costs[key] = max(costs.get(key, 0.0), cost)
+    return costs
+
+
+def _expected_run_s(opts: TuneOptions) -> float:
+    """Seconds one candidate's check and timing take by the timing options, for runners
+    that report no run time: a calibration, the repeats, a warm-up and the checks."""
+    return (opts.repeat + 1) * opts.min_repeat_ms / 1000.0 + 0.05
 
 
 def _measure(ctx: "TuneContext", builder: Builder, runner: Runner, t_start: float) -> str:
@@ -415,7 +451,8 @@ def _measure(ctx: "TuneContext", builder: Builder, runner: Runner, t_start: floa
                 inputs = [MeasureInput(task.workload, task.template.name, c) for c in configs]
                 t0 = time.perf_counter()
                 builds = builder.build(inputs)
-                b = Batch(i, inputs, builds, build_s=time.perf_counter() - t0, compiles=_compiles(builds))
+                b = Batch(i, inputs, builds, build_s=time.perf_counter() - t0, compiles=_compiles(builds),
+                          new_codes=ctx.claimed_new.pop(i, set()))
                 timing.build_s += b.build_s
                 timing.compiles += b.compiles
                 flight[runner.submit(inputs, builds)] = b
@@ -493,15 +530,22 @@ class _Interrupts:
             raise KeyboardInterrupt
 
 
-def _next_configs(rep: TaskReport, strategy, n: int, retry: list | None = None):
+def _next_configs(rep: TaskReport, strategy, n: int, retry: list | None = None, new_codes: int | None = None):
     """The default config first (to report speedups), then configs whose stored failures
-    were transient (each tried once more, popped from `retry`), then what the strategy proposes."""
+    were transient (each tried once more, popped from `retry`), then what the strategy proposes,
+    with at most `new_codes` new code shapes among them all (None: no limit)."""
     default = rep.task.template.default_config(rep.task.workload)
     first = [] if default.hash in strategy.measured else [default]
     while retry and len(first) < n:
         first.append(retry.pop(0))
     strategy.measured |= {c.hash for c in first}
-    return first + (strategy.propose(n - len(first)) if n > len(first) else [])
+    if n <= len(first):
+        return first
+    if new_codes is not None:
+        fresh = {strategy.space.code_key(c) for c in first} - strategy.built
+        strategy.new_codes = max(0, new_codes - len(fresh))
+    strategy.building(first)
+    return first + strategy.propose(n - len(first))
 
 
 def _account(rep: TaskReport, r: MeasureResult, default: bool) -> None:

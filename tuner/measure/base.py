@@ -36,6 +36,8 @@ class BuildResult:
 
 
 class Builder(abc.ABC):
+    parallel: int = 1   # candidates' code shapes it compiles at once (the loop's compile budget counts in these)
+
     @abc.abstractmethod
     def build(self, inputs: list[MeasureInput]) -> list[BuildResult]:
         """Compile candidates (in parallel where possible); one result per input."""

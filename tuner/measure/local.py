@@ -12,6 +12,7 @@ runner sends that kernel to its worker, which loads the artifact and times it.
 """
 from __future__ import annotations
 
+import queue
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -33,9 +34,13 @@ class LocalBuilder(Builder):
         self.timeout, self.settings = timeout, resolve(settings)
         self.backend = get_backend(self.settings.backend, self.settings)
         self.workers = [Worker(_SERIAL) for _ in range(n_workers or self.settings.num_threads)]
+        self.parallel = len(self.workers)
         # threads that live as long as the builder: a worker dies with the thread that started it
         # (PR_SET_PDEATHSIG), so they must not come and go with each batch
         self._pool = ThreadPoolExecutor(len(self.workers), thread_name_prefix="builder")
+        self._free: "queue.SimpleQueue[Worker]" = queue.SimpleQueue()
+        for w in self.workers:
+            self._free.put(w)
 
     def build(self, inputs: list[MeasureInput]) -> list[BuildResult]:
         lowered, keys = [], []
@@ -49,10 +54,7 @@ class LocalBuilder(Builder):
                 lowered.append(None)
         unique = [k for k in dict.fromkeys(keys) if not k.startswith("error:")]
         module = {k: lowered[keys.index(k)].module for k in unique}
-        built: dict[str, tuple] = {}
-        chunks = [unique[i::len(self.workers)] for i in range(len(self.workers))]
-        for part in self._pool.map(lambda wc: self._build_all(*wc, module), zip(self.workers, chunks)):
-            built.update(part)
+        built = dict(self._pool.map(lambda k: (k, self._build_on_free(module[k])), unique))
         out = []
         for inp, low, k in zip(inputs, lowered, keys):
             if k.startswith("error:"):
@@ -66,8 +68,14 @@ class LocalBuilder(Builder):
             out.append(BuildResult(OK, compile_s=result.compile_s, cached=result.cached, kernel=kernel))
         return out
 
-    def _build_all(self, worker: Worker, keys: list[str], module: dict) -> dict:
-        return {k: self._build_one(worker, module[k]) for k in keys}
+    def _build_on_free(self, module) -> tuple[BuildResult, object]:
+        """Compile on whichever worker is free: a long compile never holds up the short ones
+        a fixed split would have queued behind it."""
+        worker = self._free.get()
+        try:
+            return self._build_one(worker, module)
+        finally:
+            self._free.put(worker)
 
     def _build_one(self, worker: Worker, module) -> tuple[BuildResult, object]:
         try:
@@ -125,7 +133,6 @@ class LocalRunner(Runner):
         self.worker = self.workers[0]
         self.capacity = len(self.workers)
         if self.capacity > 1:
-            import queue
             self._free: "queue.Queue[Worker]" = queue.Queue()
             for w in self.workers:
                 self._free.put(w)

@@ -10,6 +10,9 @@ ranks the space, the best-ranked unmeasured configs are measured, the model retr
   and target, and everything proposed in this run).
 * Ties (equal scores, within `tie`) prefer configs whose code shape is already built:
   they cost a run, not a compile.
+* Cost-aware batches (`new_codes`, set by the tuning loop): the best-scored configs
+  that fit the code budget, so a batch holds few new code shapes and many run-time
+  variants of built ones, ranked by the model like the rest.
 * Retrains only when `retrain_every` new results arrived.
 * Transfer learning: `prior` holds (features, latency, group) rows of the same
   template on other workloads for this target; the model trains on them too (ranks
@@ -30,6 +33,7 @@ from tuner.search.base import SearchStrategy
 
 class ModelGuidedSearch(SearchStrategy):
     name = "xgb"
+    cost_aware = True
 
     def __init__(self, space, seed: int = 0, measured=None, history=None, featurizer=None,
                  cost_model: CostModel | str = "xgb", prior=None, eps: float = 0.05, retrain_every: int = 8,
@@ -49,14 +53,12 @@ class ModelGuidedSearch(SearchStrategy):
         self.new_since_fit = len(self.history)
         self.fits = 0
         self.model_s = 0.0          # seconds spent fitting and scoring (the "model" share of tuning time)
-        self.built = {space.code_key(c) for c, _ in self.history}
         self._all: list[Config] | None = None
+        self._all_pred, self._all_fit = None, -1
 
     # -- learning ------------------------------------------------------------------------
     def update(self, results: list) -> None:
         super().update(results)
-        for r in results:
-            self.built.add(self.space.code_key(r.input.config))
         self.new_since_fit += len(results)
 
     def add_prior(self, rows) -> None:
@@ -97,22 +99,61 @@ class ModelGuidedSearch(SearchStrategy):
     # -- proposing -----------------------------------------------------------------------
     def propose(self, n: int) -> list[Config]:
         self._maybe_fit()
+        new = self._budget()
         if not self.model.trained:
-            out = self._random_fill([], n, set())
+            out = self._random_fill([], n, set(), new)
             self.measured |= {c.hash for c in out}
+            self.building(out)
             return out
         n_random = sum(1 for _ in range(n) if self.rng.random() < self.eps)
-        if len(self.plan) < n - n_random:
-            t0 = time.perf_counter()
-            self.plan = self._make_plan(max(self.plan_size, n))
-            self.model_s += time.perf_counter() - t0
         out, taken = [], set()
-        while self.plan and len(out) < n - n_random:
-            cfg = self.plan.pop(0)
-            if self._fresh(cfg, taken):
-                out.append(cfg)
-        out = self._random_fill(out, n, taken)
+        if new is not None:
+            t0 = time.perf_counter()
+            out = self._pick_within_budget(n - n_random, taken, new)
+            self.model_s += time.perf_counter() - t0
+        else:
+            if len(self.plan) < n - n_random:
+                t0 = time.perf_counter()
+                self.plan = self._make_plan(max(self.plan_size, n))
+                self.model_s += time.perf_counter() - t0
+            while self.plan and len(out) < n - n_random:
+                cfg = self.plan.pop(0)
+                if self._fresh(cfg, taken):
+                    out.append(cfg)
+        out = self._random_fill(out, n, taken, new)
         self.measured |= {c.hash for c in out}
+        self.building(out)
+        return out
+
+    def _pick_within_budget(self, k: int, taken: set, new: set) -> list[Config]:
+        """The best-scored k configs that fit the code budget: in score order, a config of a
+        built code shape (or of one this proposal already holds) always, one of a new code
+        shape while `new_codes` allows. On a large space the candidates are the annealing
+        plan plus model-scored run-time variants of the built code shapes."""
+        out: list[Config] = []
+        if k <= 0:
+            return out
+        if len(self.space) <= self.exhaustive_limit:
+            s = self._score_all()
+            pool = [(self._all[i], self._all_key[i]) for i in np.argsort(-s, kind="stable") if np.isfinite(s[i])]
+        else:
+            if len(self.plan) < k:
+                self.plan = self._make_plan(max(self.plan_size, k))
+            cheap = sorted(self.built - self.broken, key=repr)
+            variants = [Config({**self.space.sample(self.rng).to_json(), **dict(self.rng.choice(cheap))})
+                        for _ in range(max(64, 8 * k))] if cheap else []
+            cands = list(dict.fromkeys(self.plan + variants))
+            order = np.argsort(-self._scores(cands), kind="stable") if cands else []
+            pool = [(cands[i], self.space.code_key(cands[i])) for i in order]
+        for cfg, key in pool:
+            if len(out) >= k:
+                break
+            if key in self.broken or (len(new) >= (self.new_codes or 0) and key not in self.built and key not in new):
+                continue
+            if self._admit(cfg, taken, new):
+                out.append(cfg)
+        if len(self.space) > self.exhaustive_limit:
+            self.plan = [c for c in self.plan if c.hash not in taken and c.hash not in self.measured]
         return out
 
     def _scores(self, configs: list[Config]) -> np.ndarray:
@@ -127,26 +168,36 @@ class ModelGuidedSearch(SearchStrategy):
             return self._rank_all(k)
         return self._anneal(k)
 
-    def _rank_all(self, k: int) -> list[Config]:
-        """Score every config of a small space (features, hashes and code keys computed once)."""
+    def _score_all(self) -> np.ndarray:
+        """The model's score of every config of a small space (features, hashes and code keys
+        computed once, predictions once per fit), built code shapes a hair up, configs
+        measured or proposed -inf."""
         if self._all is None:
             self._all = list(self.space)
             self._all_x = self.featurize(self._all)
             self._all_hash = [c.hash for c in self._all]
-            codes = [self.space.code_key(c) for c in self._all]
-            ids = {key: i for i, key in enumerate(dict.fromkeys(codes))}
-            self._all_code = np.array([ids[key] for key in codes])
+            self._all_key = [self.space.code_key(c) for c in self._all]
+            ids = {key: i for i, key in enumerate(dict.fromkeys(self._all_key))}
+            self._all_code = np.array([ids[key] for key in self._all_key])
             self._code_ids = ids
-        free = np.array([h not in self.measured for h in self._all_hash])
-        if not free.any():
-            return []
-        s = np.asarray(self.model.predict(self._all_x), dtype=np.float64)
-        span = float(s.max() - s.min())
+        if self._all_pred is None or self._all_fit != self.fits:
+            self._all_pred = np.asarray(self.model.predict(self._all_x), dtype=np.float64)
+            self._all_fit = self.fits
+        s = self._all_pred.copy()
+        span = float(s.max() - s.min()) if len(s) else 0.0
         if span > 0 and self.tie > 0:
             built = np.array([self._code_ids.get(key, -1) for key in self.built])
             s = s + self.tie * span * np.isin(self._all_code, built)
-        s[~free] = -np.inf
-        top = np.argsort(-s, kind="stable")[: min(k, int(free.sum()))]
+        s[np.array([h in self.measured for h in self._all_hash], dtype=bool)] = -np.inf
+        return s
+
+    def _rank_all(self, k: int) -> list[Config]:
+        """The k best-scored unmeasured configs of a small space."""
+        s = self._score_all()
+        free = int(np.isfinite(s).sum())
+        if not free:
+            return []
+        top = np.argsort(-s, kind="stable")[: min(k, free)]
         return [self._all[i] for i in top]
 
     def _anneal(self, k: int) -> list[Config]:

@@ -1,4 +1,5 @@
-"""Random search: uniform samples of the space, without repeats."""
+"""Random search: uniform samples of the space, without repeats; under a code budget
+(`SearchStrategy.new_codes`), samples over it become run-time variants of built code shapes."""
 from __future__ import annotations
 
 from schedules.space import Config
@@ -7,6 +8,9 @@ from tuner.search.base import SearchStrategy
 
 class RandomSearch(SearchStrategy):
     name = "random"
+    cost_aware = True
 
     def propose(self, n: int) -> list[Config]:
-        return self._random_fill([], n, set())
+        out = self._random_fill([], n, set(), self._budget())
+        self.building(out)
+        return out

@@ -75,9 +75,11 @@ def test_features_have_one_layout_across_shapes_and_see_the_loop_nest():
 
 
 def _tune_xgb(shape, seed, db, transfer):
+    # trials, not time, are counted: no compile budget (it spends trials on cheap run-time
+    # variants of built code shapes, which is what saves time: tests/test_compile_budget.py)
     tasks, b, r = replay([shape])
     return tune_tasks(tasks, db, TuneOptions(trials=150, strategy="xgb", seed=seed, progress=False,
-                                             transfer=transfer), TARGET, b, r)[0]
+                                             transfer=transfer, compile_share=None), TARGET, b, r)[0]
 
 
 def test_transfer_learning_needs_fewer_trials_on_a_new_shape():

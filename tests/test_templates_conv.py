@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from codegen.source import render
 from schedules import get_template
 from schedules.space import ConfigError
 from tests.template_cases import check, conv_wl, make_wl, precompile
@@ -47,8 +48,10 @@ def compiled():
 def test_space_knobs_and_code_shapes():
     wl = conv_wl(1, 64, 56, 56, 64, epi=("relu",))
     space = CONV.space(wl)
-    assert {k.name for k in space.knobs if k.code_shape} == {"algo", "vec", "regtile", "order"}
-    assert len({space.code_key(c) for c in space}) <= 60   # compiles a tuner may need per geometry
+    assert {k.name for k in space.knobs if k.code_shape} == {"algo", "vec", "regtile", "order", "tile_code"}
+    assert len({space.code_key(c) for c in space}) <= 72   # compiles a tuner may need per geometry
+    with pytest.raises(ConfigError, match="tile_code='slp'"):
+        space.validate({**CONV.default_config(wl).to_json(), "algo": "direct", "tile_code": "vec8"})
     with pytest.raises(ConfigError, match="vec='oc'"):
         space.validate({**CONV.default_config(wl).to_json(), "algo": "blocked", "vec": "px"})
     dw = depthwise_wl(1, 32, 56, 56)
@@ -120,6 +123,24 @@ def test_blocked_layout_pads_channel_blocks_and_groups(compiled):
     cfg = config(wl, algo="blocked", vec="oc", regtile="6x16", OCB=2, PB=2)
     (xc,) = [b for b in CONV.lower(wl, cfg).launch.workspaces if b.name == "Xc"]
     assert xc.shape[1] == 2 * 2, "two blocks of 8 channels per group of 10"
+    check(CONV, wl, cfg)
+
+
+@pytest.mark.parametrize("geo, cin, cout, groups, tile", [
+    (dict(k=3, s=1, p=1), 13, 21, 1, "6x16"),          # one call per kernel row (dilation == stride), partial blocks
+    (dict(k=3, s=2, p=1), 20, 38, 2, "6x16"),          # one call per tap, 10 channels a group
+    (dict(k=3, s=2, p=2, d=2), 9, 17, 1, "4x24"),      # dilation == stride 2: one call per kernel row
+    (dict(k=3, s=1, p=2, d=2), 16, 24, 2, "4x32"),     # dilation 2, stride 1: per tap; 4 vectors a row
+])
+def test_blocked_vector_ir_tile_matches_numpy(geo, cin, cout, groups, tile):
+    """tile_code vec<lanes> (tile_fma calls per contiguous run of the reduction) on odd planes,
+    pads, strides, dilations, groups and channel counts that are not multiples of 8; a bias-free
+    residual + ReLU epilogue through the shared store loop."""
+    wl = conv_wl(1, cin, 9, 11, cout, g=groups, epi=("res", "relu"), bias=False, **geo)
+    code = CONV.space(wl).knobs[-1].options[1]
+    assert code.startswith("vec")
+    cfg = config(wl, algo="blocked", vec="oc", regtile=tile, tile_code=code, OCB=2, PB=2)
+    assert "tile_fma(" in render(CONV.lower(wl, cfg).module)
     check(CONV, wl, cfg)
 
 

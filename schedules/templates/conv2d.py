@@ -48,11 +48,13 @@ from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Buffer, Call, In, Launch, Out, Packed, Repeat, Scalar, Table, Var, Work
 from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param, unflatten
-from schedules.microkernel import F0, k_range, register_epilogue, register_tile, register_tile_in_place, unsigned
+from schedules.microkernel import (F0, k_range, register_epilogue, register_tile, register_tile_in_place, tile_codes,
+                                   tile_lanes, unsigned)
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
-from schedules.templates.conv2d_blocked import channel_block, conv_blocked, pack_w_blocked, pad_blocked
+from schedules.templates.conv2d_blocked import (DEFAULT_VECTOR_IR, channel_block, conv_blocked, pack_w_blocked,
+                                                pad_blocked)
 from schedules.templates.conv2d_depthwise import DWB_TILES, conv_depthwise, pack_w_depthwise
 
 # MR x NR; NR is the vectorized axis (see `vec`). With 16 vector registers (AVX2, or AVX-512
@@ -110,7 +112,7 @@ class Conv2dTemplate(Template):
             return False  # SAME_* pads depend on dynamic spatial sizes: not constants
         return _epilogue(wl) is not None
 
-    def space(self, wl: Workload) -> ConfigSpace:
+    def space(self, wl: Workload, target=None) -> ConfigSpace:
         if _is_depthwise(wl):
             return ConfigSpace([
                 Knob("algo", ("dw_blocked", "depthwise")),
@@ -126,9 +128,10 @@ class Conv2dTemplate(Template):
             Knob("parallel", (True, False), code_shape=False),
             Knob("OCB", BLOCKS, code_shape=False),
             Knob("PB", BLOCKS, code_shape=False),
+            Knob("tile_code", tile_codes(target)),   # the blocked tile's code (conv2d_blocked); others: slp
         ], constraint=_blocked_vectors_along_channels)
 
-    def default_config(self, wl: Workload) -> Config:
+    def default_config(self, wl: Workload, target=None) -> Config:
         """A per-shape heuristic (measured on ResNet-18 and MobileNetV2 layers, see
         experiments/bench_conv.md): the blocked (NCHWc) kernel for spatial convs of many
         channels, vectors along the pixels for 1x1 convs (GEMMs over the plane) and stems,
@@ -146,7 +149,7 @@ class Conv2dTemplate(Template):
             return self.space(wl).validate({"algo": "dw_blocked", "regtile": tile, "parallel": par, "PB": 16})
         geo = _geometry(wl)
         P = oh * ow
-        base = {"order": "oc_px", "parallel": par, "OCB": 1, "PB": 4}
+        base = {"order": "oc_px", "parallel": par, "OCB": 1, "PB": 4, "tile_code": "slp"}
         if P < 16:   # a few pixels (squeeze-excite convs, 1x1 maps): vectors along the channels
             return self.space(wl).validate({**base, "algo": "direct", "vec": "oc", "regtile": "4x16", "PB": 1})
         one = geo["KH"] * geo["KW"] == 1
@@ -161,8 +164,9 @@ class Conv2dTemplate(Template):
             # many input channels: 8-channel blocks, 12 accumulators along the output channels;
             # pixel tiles cross rows, so tiny maps (7x7, 14x14) fill them too. Per work item 4
             # pixel tiles x 4 channel tiles, pixels outside (an input tile reused by 4 weight panels)
-            return self.space(wl).validate({**base, "algo": "blocked", "vec": "oc", "regtile": "6x16",
-                                            "order": "px_oc", "OCB": 4, "PB": 4})
+            return self.space(wl, target).validate({**base, "algo": "blocked", "vec": "oc", "regtile": "6x16",
+                                                    "order": "px_oc", "OCB": 4, "PB": 4,
+                                                    "tile_code": tile_codes(target)[1 if DEFAULT_VECTOR_IR else 0]})
         # stems (few channels) read rows directly; 1x1 convs, strided convs and tiny maps as
         # GEMMs over the packed plane. 4x16 / 6x16 keep the accumulators in 16 vector registers
         strided = geo["SW"] > 1 and cg >= 32
@@ -281,12 +285,14 @@ class Conv2dTemplate(Template):
         OH, OW = (int(d) for d in wl.output_shape[2:])
         Cg, OCg = C // G, OC // G
         cb = channel_block(Cg)
+        lanes = tile_lanes(cfg.get("tile_code", "slp"), nr)   # configs recorded before the knob: slp, as they ran
         ncb, n_oct = -(-Cg // cb), -(-OCg // nr)
         n_pt = -(-(OH * OW) // mr)
         n_ob, n_pb = -(-n_oct // cfg["OCB"]), -(-n_pt // cfg["PB"])
         module = LoopModule((pack_w_blocked(nr, cb, KH, KW), pad_blocked(geo["SW"], cb),
-                             conv_blocked(mr, nr, cfg["order"], geo, epi, cb)),
+                             conv_blocked(mr, nr, cfg["order"], geo, epi, cb, lanes)),
                             doc=f"conv2d kernel: blocked (NCHW{cb}c) regtile={mr}x{nr} order={cfg['order']} "
+                            + (f"tile_code={cfg['tile_code']} " if lanes else "") +
                             f"kernel={KH}x{KW} stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
                             f"epilogue {[st[0]['op'] for st in epi.steps]}",
                             meta={"template": f"conv2d v{self.version}"})
@@ -375,6 +381,8 @@ def _depthwise_tiles(values: dict) -> str | None:
 def _blocked_vectors_along_channels(values: dict) -> str | None:
     if values.get("algo") == "blocked" and values.get("vec") != "oc":
         return "the blocked algorithm vectorizes along output channels only (vec='oc')"
+    if values.get("algo") != "blocked" and values.get("tile_code", "slp") != "slp":
+        return "only the blocked algorithm has a vector-IR tile (tile_code='slp' for the others)"
     return None
 
 

@@ -11,14 +11,22 @@ constant-length loop. The tile's pixels are consecutive pixels of the flattened 
 plane (they may cross rows): a pixel's offset into the block plane separates from the tap's
 offset, so each pixel gets one base offset per tile, and tiny maps (7x7, 14x14) waste no
 lanes on the row's end. Pixels past the plane read the last pixel's window and are not stored.
+
+The tile is written either as unrolled scalar locals that LLVM's SLP pass vectorizes
+(`tile_code` "slp", `register_tile`) or as calls of the vector-IR tile
+(`codegen.vector_tile.tile_fma`, "vec<lanes>"): one call per contiguous run of the reduction
+(the CB channels of one tap, or a whole kernel row of taps where the phase-split plane makes
+a row's taps adjacent: dilation == stride), the first call storing into the scratch tile
+`ct`, the others adding to it; the store loop is the same for both.
 """
 from __future__ import annotations
 
 from schedules.epilogue import Epilogue
 from schedules.loopnest import Alloc, Assign, For, Function, If, Param, unflatten
-from schedules.microkernel import F0, register_tile
+from schedules.microkernel import F0, register_tile, vector_tile
 
 MAX_CB = 8   # channels per block: the innermost loop's length
+DEFAULT_VECTOR_IR = False   # the untuned tile_code of blocked convs: "vec<lanes>" (True) or "slp"
 
 
 def channel_block(cg: int) -> int:
@@ -107,9 +115,32 @@ def buffered_store(epi: Epilogue, channels: str, oc: str, row: str, pixels: str,
     )),)
 
 
-def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int) -> Function:
+def vector_tile_runs(mr: int, nr: int, geo: dict, cb: int, lanes: int) -> tuple:
+    """The tile as `tile_fma` calls into `ct` (int64 pixel offsets `o{r}`, see `conv_blocked`):
+    per (block, kernel row), one call over the row's KW * CB contiguous (tap, channel) pairs
+    where dilation == stride (the taps' columns are then neighbouring columns of one phase
+    plane, and the packed weights run over (kw, ci) in the same order), else one per tap
+    over its CB channels. The first call stores the tile, the others add to it."""
+    g, s = geo, geo["SW"]
+    whole_row = g["DW"] == s
+    n_k = g["KW"] * cb if whole_row else cb
+    call = vector_tile("xb", [f"o{r} + xo" for r in range(mr)], "1", "Wk", f"kb * {nr}", str(nr), str(n_k),
+                       "ct", "0", str(nr), "first == 0", nr, lanes)
+    run = (
+        Assign("xo", f"((kh * {g['DH'] * s} + (kw * {g['DW']}) % {s}) * WQ + (kw * {g['DW']}) // {s}) * {cb}"),
+        Assign("kb", f"((cbk * {g['KH']} + kh) * {g['KW']} + kw) * {cb}"),
+        call, Assign("first", "0"))
+    inner = (Assign("kw", "0"),) + run if whole_row else (For("kw", "0", str(g["KW"]), run),)
+    return (Assign("first", "1"), For("cbk", "0", "NCB", (
+        Assign("xb", "Xc[n, g * NCB + cbk]"),
+        For("kh", "0", str(g["KH"]), inner),
+    )))
+
+
+def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int, lanes: int | None = None) -> Function:
     """The kernel: work items t, t+T, ... of (n, g, OC block of OCB tiles, pixel block of PB
-    tiles); per tile, MR pixel offsets, then the register tile over (cb, kh, kw, ci)."""
+    tiles); per tile, MR pixel offsets, then the register tile over (cb, kh, kw, ci): SLP
+    scalar locals (`lanes` None) or `tile_fma` calls of that many lanes (`vector_tile_runs`)."""
     g, s = geo, geo["SW"]
 
     def k_loops(body):
@@ -124,19 +155,26 @@ def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int
             )),
         )),)
 
+    # uint64 offsets for the scalar tile (no wraparound selects); int64 for tile_fma's
+    # arguments (uint64 + int64 is a float in numba)
+    cast = "np.uint64" if lanes is None else ""
     offsets = tuple(
         s_ for r in range(mr) for s_ in (
             Assign(f"pp{r}", f"min(p0 + {r}, P - 1)"),
-            Assign(f"o{r}", f"np.uint64(((pp{r} // OW) * {g['SH'] * s} * WQ + pp{r} % OW) * {cb})"))
+            Assign(f"o{r}", f"{cast}(((pp{r} // OW) * {g['SH'] * s} * WQ + pp{r} % OW) * {cb})"))
     )
     # the store: per output channel, the tile's pixels are a contiguous run of its plane
     # (written through a view from p0: no negative-index tests)
     store = buffered_store(epi, f"min({nr}, OCg - oct * {nr})", f"g * OCg + oct * {nr} + q",
                            "out[n, oc, p0:]", f"min({mr}, P - p0)", "p0 + r")
-    tile = (Assign("p0", f"pt * {mr}"), Assign("Wk", "Wp[g, oct]")) + offsets + register_tile(
-        mr, nr, lambda r: f"xb[o{r} + xi]", lambda q: f"Wk[k, {q}]", k_loops, (),
-        comment=f"{mr}x{nr} register tile (pixels x output channels) over {cb}-channel blocks, "
-                f"SLP-vectorized along channels")[:-1] + store   # [:-1]: its per-row store loop (empty here)
+    head = (Assign("p0", f"pt * {mr}"), Assign("Wk", "Wp[g, oct]")) + offsets
+    if lanes is None:
+        tile = head + register_tile(
+            mr, nr, lambda r: f"xb[o{r} + xi]", lambda q: f"Wk[k, {q}]", k_loops, (),
+            comment=f"{mr}x{nr} register tile (pixels x output channels) over {cb}-channel blocks, "
+                    f"SLP-vectorized along channels")[:-1] + store   # [:-1]: its per-row store loop (empty here)
+    else:
+        tile = head + vector_tile_runs(mr, nr, geo, cb, lanes) + store
     oc_loop = ("oct", "ob * OCB", "min(n_oct, ob * OCB + OCB)")
     px_loop = ("pt", "pb * PB", "min(n_pt, pb * PB + PB)")
     outer, inner = (oc_loop, px_loop) if order == "oc_px" else (px_loop, oc_loop)

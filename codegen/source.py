@@ -167,14 +167,16 @@ def render_function(fn: Function, decorator=numba_decorator, alloc=_host_alloc, 
 
 
 def render(module: LoopModule, banner: str = "", header: str = HEADER, decorator=numba_decorator,
-           alloc=_host_alloc, lean: bool = False) -> str:
+           alloc=_host_alloc, lean: bool = False, helpers=helper_imports) -> str:
     """The module's source: banner comment, docstring, `header` (the imports the bodies
-    use), then every function rendered with `decorator` (and `lean`, see `render_function`)."""
+    use), then every function rendered with `decorator` (and `lean`, see `render_function`).
+    `helpers(bodies)`: the import lines of the compiled helpers the bodies call (a backend
+    that defines its own versions of them in `header` passes one that returns "")."""
     parts = []
     if banner:
         parts.append("".join(f"# {line}\n" for line in banner.splitlines()))
     if module.doc:
         parts.append('"""' + module.doc + '"""\n')
     bodies = ["\n\n" + render_function(fn, decorator, alloc, lean) for fn in module.functions]
-    parts.append(header + helper_imports("".join(bodies)))
+    parts.append(header + helpers("".join(bodies)))
     return "".join(parts + bodies)

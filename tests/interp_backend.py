@@ -45,6 +45,26 @@ prange = range   # a parallel loop is an ordinary loop here: copies stride over 
 math = _types.SimpleNamespace(**{{_n: getattr(_pymath, _n) for _n in dir(_pymath) if not _n.startswith("_")}})
 for _name, _np_name in {_NUMPY_MATH!r}.items():
     setattr(math, _name, getattr(np, _np_name))   # numba's math: the argument's type, IEEE inf/nan
+
+
+def index_in(g, size):   # codegen.checks.index_in, in Python
+    g = g + size if g < 0 else g
+    if g < 0 or g >= size:
+        raise IndexError("an index is out of range")
+    return g
+
+
+def tile_fma(A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k, C, c_offset, c_rowstride, accumulate, NR, LANES):
+    """codegen.vector_tile.tile_fma (an LLVM intrinsic there), element by element."""
+    a, b, c = A.reshape(-1), B.reshape(-1), C.reshape(-1)
+    assert np.shares_memory(c, C), "tile_fma: C must be contiguous"
+    for r, ao in enumerate(a_offsets):
+        for j in range(NR):
+            s = np.float32(0.0)
+            for k in range(n_k):
+                s += a[ao + k * a_kstride] * b[b_offset + k * b_kstride + j]
+            at = c_offset + r * c_rowstride + j
+            c[at] = c[at] + s if accumulate else s
 '''
 
 
@@ -62,7 +82,7 @@ class InterpBackend(Backend):
     def render(self, module: LoopModule) -> str:
         banner = (f"interpreted by tests/interp_backend.py -- {module.meta.get('template', '?')}\n"
                   f"target {self.target().key}")
-        return render(module, banner, header=HEADER, decorator=_no_decorator)
+        return render(module, banner, header=HEADER, decorator=_no_decorator, helpers=lambda bodies: "")
 
     def compile(self, module: LoopModule) -> Artifact:
         t0 = time.perf_counter()

@@ -54,6 +54,8 @@ def test_space_knobs_and_code_shapes():
         space.validate({**CONV.default_config(wl).to_json(), "algo": "direct", "tile_code": "vec8"})
     with pytest.raises(ConfigError, match="vec='oc'"):
         space.validate({**CONV.default_config(wl).to_json(), "algo": "blocked", "vec": "px"})
+    recorded = {k: v for k, v in CONV.default_config(wl).to_json().items() if k != "tile_code"}
+    assert space.validate(recorded)["tile_code"] == "slp"   # records made before the knob: as they ran
     dw = depthwise_wl(1, 32, 56, 56)
     assert {k.name for k in CONV.space(dw).knobs if k.code_shape} == {"algo", "regtile"}
     assert CONV.matches(wl) and CONV.matches(conv_wl(1, 8, 7, 7, 8, g=8, bias=False))

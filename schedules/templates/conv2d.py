@@ -128,7 +128,7 @@ class Conv2dTemplate(Template):
             Knob("parallel", (True, False), code_shape=False),
             Knob("OCB", BLOCKS, code_shape=False),
             Knob("PB", BLOCKS, code_shape=False),
-            Knob("tile_code", tile_codes(target)),   # the blocked tile's code (conv2d_blocked); others: slp
+            Knob("tile_code", tile_codes(target), before="slp"),   # the blocked tile's code (conv2d_blocked); others: slp
         ], constraint=_blocked_vectors_along_channels)
 
     def default_config(self, wl: Workload, target=None) -> Config:

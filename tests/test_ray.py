@@ -33,8 +33,9 @@ from tuner.tune import TuneOptions, builder_options, runner_options, tune_tasks 
 pytestmark = pytest.mark.long   # a 3-node local Ray cluster: minutes (CI runs it)
 
 STORE = 80_000_000   # Ray's minimum
+# no compile budget: it picks by measured compile times, and these tests compare two runs' proposals
 QUICK = ["--trials", "6", "--batch-size", "2", "--strategy", "random", "--measure-runs", "0", "--no-progress",
-         "--repeat", "2", "--min-repeat-ms", "1"]
+         "--repeat", "2", "--min-repeat-ms", "1", "--compile-share", "0"]
 
 
 def elementwise_model(n=256) -> onnx.ModelProto:

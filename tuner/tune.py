@@ -66,7 +66,7 @@ class TuneOptions:
                                          # the model this many runs and keep the faster (tuner.verify)
     compile_share: float | None = 0.5    # cost-aware batches: compiling new code shapes takes about this share of
                                          # the tuning time, the rest measures run-time variants of built ones
-                                         # (tuner.compile_budget); None: any proposal may be a new code shape
+                                         # (tuner.compile_budget); None or 0: any proposal may be a new code shape
 
 
 @dataclass
@@ -339,7 +339,7 @@ def tune_tasks(tasks: list[Task], db: Database, opts: TuneOptions, target: Targe
         reports.timing, reports.order = Timing(), []
         ctx = TuneContext(reports, db, opts, target, settings, make_scheduler(opts.scheduler, tasks, seed=opts.seed),
                           default_callbacks(opts) + list(callbacks or ()))
-        if opts.compile_share is not None:
+        if opts.compile_share:   # None or 0: no budget (as `--compile-share 0`)
             from tuner.compile_budget import CompileBudget
             ctx.budget = CompileBudget(opts.compile_share, builders=getattr(builder, "parallel", 1),
                                        run_s=_expected_run_s(opts))

@@ -6,7 +6,8 @@ MobileNetV2-style CNN, at 1 and 2 threads, in one process.
 Per model and thread count: `tune_model` (the `tune` command's loop, with its in-model
 check) spends `--trials` or `--time-budget` seconds, whichever ends first, into a fresh
 database; then the model deployed from that database, the untuned model (default
-configs) and onnxruntime run in turn on the same inputs, `--runs` times, at that thread
+configs) and onnxruntime take turns on the same inputs (blocks of `--block` calls in a row,
+as deployed: each with its own data in the caches), `--runs` times, at that thread
 count, and their medians are compared. Writes experiments/bench_tuned.md and .png.
 
 Exits 1, with a line naming the model, when the tuned model is slower than the untuned
@@ -59,11 +60,15 @@ def machine() -> str:
             f"onnxruntime {onnxruntime.__version__}")
 
 
-def compare(tuned, untuned, sess, feeds: dict, runs: int, rounds: int):
-    """The three run in turn, `rounds` rounds of `runs` calls each after a warm-up each:
-    (tuned measured as `tuner.verify.Measured` with the untuned over all calls, each round's
-    tuned / untuned latency as `step_sum`s, and per runtime (tuned, untuned, onnxruntime)
-    the wall and the calling thread's CPU seconds of each call)."""
+def compare(tuned, untuned, sess, feeds: dict, runs: int, rounds: int, block: int):
+    """The three runtimes take turns, `rounds` rounds of `runs` timed calls each (rounded up
+    to whole blocks), in blocks of `block` calls of one runtime in a row after an untimed
+    call, as `tuner.verify.interleaved` times the in-model check: a deployed model is called
+    again and again with its own data in the caches, and alternating the runtimes call by
+    call (block 1) measured BERT-small 46 % slower than back to back. Returns (tuned measured
+    as `tuner.verify.Measured` with the untuned over all calls, each round's tuned / untuned
+    latency as `step_sum`s, and per runtime (tuned, untuned, onnxruntime) the wall and the
+    calling thread's CPU seconds of each call)."""
     from tuner.verify import measured_pair, step_sum, step_times
     for m in (tuned, untuned):
         m.run(feeds)
@@ -83,14 +88,22 @@ def compare(tuned, untuned, sess, feeds: dict, runs: int, rounds: int):
     order = [timed("tuned", lambda: t_per.append(step_times(tuned, feeds)[1])),
              timed("untuned", lambda: d_per.append(step_times(untuned, feeds)[1])),
              timed("ort", lambda: sess.run(None, feeds))]
+    warm = [lambda: tuned.run(feeds), lambda: untuned.run(feeds), lambda: sess.run(None, feeds)]
+    block = max(1, block)
+    turns = -(-max(1, runs) // block)
+    n = turns * block
     for _ in range(rounds):
-        for i in range(runs):   # the order rotates: on a loaded machine a fixed order biases by position
+        for i in range(turns):   # the order rotates: on a loaded machine a fixed order biases by position
             for k in range(3):
-                order[(k + i) % 3]()
-        ratios.append(step_sum(wall["tuned"][-runs:], t_per[-runs:]) /
-                      step_sum(wall["untuned"][-runs:], d_per[-runs:]))
+                j = (k + i) % 3
+                if block > 1:
+                    warm[j]()
+                for _ in range(block):
+                    order[j]()
+        ratios.append(step_sum(wall["tuned"][-n:], t_per[-n:]) /
+                      step_sum(wall["untuned"][-n:], d_per[-n:]))
     timed_runs = [(wall["tuned"], np.asarray(t_per)), (wall["untuned"], np.asarray(d_per))]
-    return measured_pair(tuned, untuned, feeds, runs * rounds, timed_runs), ratios, wall, cpu
+    return measured_pair(tuned, untuned, feeds, n * rounds, timed_runs), ratios, wall, cpu
 
 
 def versus_ort(wall: dict, cpu: dict, threads: int) -> dict:
@@ -145,7 +158,7 @@ def bench(name: str, label: str, proto, sizes: dict, threads: int, args, work: P
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        measured, ratios, wall, cpu = compare(tuned, untuned, sess, feeds, args.runs, args.rounds)
+        measured, ratios, wall, cpu = compare(tuned, untuned, sess, feeds, args.runs, args.rounds, args.block)
         vs = versus_ort(wall, cpu, threads)
         differ = sum(a.kernel is not None and b.kernel is not None and a.kernel.kernel.config != b.kernel.kernel.config
                      for a, b in zip(tuned.prepare(feeds).steps, untuned.prepare(feeds).steps))
@@ -205,7 +218,8 @@ def write_results(rows: list[dict], args, names: list[str], total: float, done: 
         "its default config, the faster deployed.",
         "",
         f"Machine: {machine()}. The cores were shared with other jobs while this ran: absolute times are noisy; "
-        f"the three runtimes ran in turn ({args.rounds} rounds of {args.runs} calls each, medians), so their "
+        f"the three runtimes took turns ({args.rounds} rounds of {args.runs} calls each, in blocks of {args.block} "
+        "calls of one runtime in a row after an untimed call, medians), so their "
         "ratios are comparable.",
         "",
         "| model | threads | untuned ms | tuned ms | onnxruntime ms | tuned / untuned (rounds, noise) | "
@@ -263,6 +277,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--models", nargs="+", default=None, help="of: resnet18 bert vit mobilenetv2 (default all)")
     ap.add_argument("--runs", type=int, default=10, help="timed calls of each runtime per round, in turn")
+    ap.add_argument("--block", type=int, default=None,
+                    help="calls of one runtime in a row, after an untimed one, before the next takes its turn "
+                         "(default tuner.verify.BLOCK; 1: alternate call by call, caches cold from the others)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of --runs calls: their ratios give the noise")
     ap.add_argument("--verify-runs", type=int, default=10, help="runs of the in-model check after tuning")
     ap.add_argument("--tolerance", type=float, default=0.03,
@@ -271,6 +288,9 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default=None, help="folder for the models and databases (default: a new temp folder)")
     ap.add_argument("--out", default=str(ROOT / "experiments" / "bench_tuned.md"))
     args = ap.parse_args(argv)
+    if args.block is None:
+        from tuner.verify import BLOCK
+        args.block = BLOCK
     from ir.settings import Settings, use
     use(Settings.from_env())
     models = _models()

@@ -69,6 +69,7 @@ class Measured:
     # machine preemption lands in some step of most calls, inflating end-to-end medians; this does not
     tuned_steps_s: float | None = None
     default_steps_s: float | None = None
+    occurrences: dict = field(default_factory=dict)   # workload key -> kernel steps of the first model running it
 
 
 @dataclass
@@ -89,21 +90,38 @@ def step_times(model, feeds: dict) -> tuple[float, list[float]]:
     return time.perf_counter() - t0, steps
 
 
-def interleaved(models: list, feeds: dict, runs: int) -> list[tuple[list, np.ndarray]]:
-    """Per model: (end-to-end seconds of each run, [runs x steps] seconds), the models run
-    in turn so that load on a shared machine hits them alike, the order rotating from run
-    to run: on a loaded machine (2 cores, load 8-10) two copies of one model in a fixed
-    order measured up to 1.7x apart end to end, by position (which one changed with the
-    load), a bias that rotation cancels. One warm-up run each first."""
+BLOCK = 2   # timed calls of one model in a row (after one untimed call) before the next model's turn:
+            # few, so that the turns spread over time and a burst of load on a shared machine hits all models
+
+
+def interleaved(models: list, feeds: dict, runs: int, block: int = BLOCK) -> list[tuple[list, np.ndarray]]:
+    """Per model: (end-to-end seconds of each timed run, [runs x steps] seconds), measured as
+    the deployed model runs: in blocks of `block` calls of one model in a row, after one
+    untimed call that brings its weights and code back into the caches, the models taking
+    turns block by block, the order rotating from round to round.
+
+    Why blocks: a deployed model is called again and again, its own weights hot in L2/L3.
+    Alternating the models call by call (block=1) makes each call find the other model's
+    data in the caches: measured on BERT-small (1 thread, Zen 3), the same model's step sum
+    was 0.73 ms called back to back, 0.88 ms (+19 %) alternated with a copy of itself and
+    1.07 ms (+46 %) alternated with a copy and onnxruntime, its first steps up to 3x slower.
+    Why turns and rotation: on a loaded machine (2 cores, load 8-10) two copies of one model
+    in a fixed order measured up to 1.7x apart, by position; taking turns spreads the load
+    over all models alike and rotation cancels the bias of position. One warm-up run each
+    first. `runs` is rounded up to whole blocks."""
+    block = max(1, int(block))
     for m in models:
         m.run(feeds)
     out = [([], []) for _ in models]
-    for r in range(max(1, runs)):
+    for r in range(-(-max(1, runs) // block)):
         for k in range(len(models)):
             j = (k + r) % len(models)
-            t, steps = step_times(models[j], feeds)
-            out[j][0].append(t)
-            out[j][1].append(steps)
+            if block > 1:
+                models[j].run(feeds)     # untimed: the caches switch to this model's data
+            for _ in range(block):
+                t, steps = step_times(models[j], feeds)
+                out[j][0].append(t)
+                out[j][1].append(steps)
     return [(tot, np.asarray(per)) for tot, per in out]
 
 
@@ -145,7 +163,8 @@ def measured_pair(tuned, default, feeds: dict, runs: int, timed=None) -> Measure
     in_model = {key: float(np.median(t_per[:, idx].sum(axis=1) / len(idx))) for key, idx in occurrences.items()}
     configs = {key: steps[idx[0]].kernel.kernel.config.to_json() for key, idx in occurrences.items()}
     return Measured(float(np.median(t_tot)), float(np.median(d_tot)), float(np.median(other)), in_model,
-                    max(1, runs), configs, step_sum(t_tot, t_per), step_sum(d_tot, d_per))
+                    max(1, runs), configs, step_sum(t_tot, t_per), step_sum(d_tot, d_per),
+                    {key: len(idx) for key, idx in occurrences.items()})
 
 
 def verify_in_model(graph, db, sizes: dict, settings, runs: int = 15, fallback: str | None = None,
@@ -190,24 +209,34 @@ def store_verdicts(db, verification: Verification, target) -> int:
     return len(recs)
 
 
-def deployed_estimate(reports, db, target_key: str, measured: Measured | None = None,
-                      verification: Verification | None = None, in_model: bool = True) -> float | None:
-    """The tuned model's latency as the tuner predicts it: Σ over tasks of occurrences ×
-    the seconds per occurrence of the config that is deployed (the tuned best, or the
-    default where the in-model check rejected it), plus the time outside kernels.
+@dataclass
+class EstimatePart:
+    """One kernel workload of the deployed program in tune's estimate."""
+    workload_key: str
+    name: str
+    occurrences: int              # kernel steps of the deployed program that run it
+    seconds: float | None         # per occurrence; None where nothing timed it
+    source: str                   # "in-model check", "in-model record", "alone", "model run" or "none"
 
-    A kernel timed alone runs faster than inside the model (hot weights, no neighbours:
-    see the module docstring), so with `in_model` each task counts with its time inside
-    the model where the in-model check measured its deployed config (`verification`, or
-    the `IN_MODEL` records an earlier check stored), else with the tuner's median alone,
-    else with its time in `measured`. The time outside kernels is the check's own
-    measurement of the model (`verification.measured`), else `measured`'s; both are
-    measured, never guessed. `in_model=False`: kernels as timed alone (what the search
-    optimized), for comparison. None where a task has no time at all."""
+
+def estimate_parts(reports, db, target_key: str, measured: Measured | None = None,
+                   verification: Verification | None = None, in_model: bool = True) -> list[EstimatePart]:
+    """Tune's estimate, kernel workload by kernel workload of the program the model runs.
+
+    The workloads and their occurrences are the kernel steps of the model as run
+    (`verification.measured`, else `measured`), not the tasks: a task can be a
+    subgraph the executor folds at load (BERT's Shape->Gather->Unsqueeze is a task that
+    never runs) or occur another number of times than its weight; only where no run of
+    the model is known do the tasks' weights count. Each workload's deployed config is
+    its task's best, or the default where the in-model check rejected the best or the
+    tuner measured nothing; its time per occurrence, first found of: the check's
+    in-model time of that config (`verification`, with `in_model`), an `IN_MODEL`
+    record of it (with `in_model`), the tuner's median alone, the time `measured` ran
+    it in the model."""
     from ir.keys import config_hash
     rejected = {v.workload.key for v in verification.rejected} if verification else set()
     checked: dict[tuple, float] = {}   # (workload key, config hash) -> in-model seconds per occurrence
-    if verification is not None:
+    if verification is not None and in_model:
         m = verification.measured
         for key, t in m.in_model.items():
             if key in m.configs:
@@ -216,25 +245,50 @@ def deployed_estimate(reports, db, target_key: str, measured: Measured | None = 
             checked[(v.workload.key, config_hash(v.tuned_config))] = v.tuned_s
             checked[(v.workload.key, config_hash(v.default_config))] = v.default_s
     fallback = measured.in_model if measured else {}
-    total = 0.0
-    for r in reports:
-        wl = r.task.workload
-        cfg = r.task.template.default_config(wl).to_json() if wl.key in rejected or r.best_config is None \
-            else r.best_config
-        med = None
-        if in_model:
-            med = checked.get((wl.key, config_hash(cfg)))
-            if med is None:
-                med = _median(db, wl.key, target_key, cfg, in_model=True)
-        if med is None:
-            med = _median(db, wl.key, target_key, cfg, in_model=False)
-        if med is None:
-            med = fallback.get(wl.key)
-        if med is None:
-            return None
-        total += r.task.weight * med
+    program = verification.measured if verification is not None else measured
+    by_key = {r.task.workload.key: r for r in reports}
+    if program is not None and program.occurrences:
+        occurrences = dict(program.occurrences)
+    else:
+        occurrences = {key: r.task.weight for key, r in by_key.items()}
+    parts = []
+    for key, n in occurrences.items():
+        r = by_key.get(key)
+        cfg = None
+        if r is not None:
+            wl = r.task.workload
+            cfg = r.task.template.default_config(wl).to_json() if key in rejected or r.best_config is None \
+                else r.best_config
+        found = []
+        if cfg is not None:
+            found.append(("in-model check", checked.get((key, config_hash(cfg)))))
+            if in_model:
+                found.append(("in-model record", _median(db, key, target_key, cfg, in_model=True)))
+            found.append(("alone", _median(db, key, target_key, cfg, in_model=False)))
+        found.append(("model run", fallback.get(key)))
+        source, t = next(((src, t) for src, t in found if t is not None), ("none", None))
+        parts.append(EstimatePart(key, r.task.name if r is not None else key, n, t, source))
+    return parts
+
+
+def deployed_estimate(reports, db, target_key: str, measured: Measured | None = None,
+                      verification: Verification | None = None, in_model: bool = True) -> float | None:
+    """The tuned model's latency as the tuner predicts it: Σ over the kernel workloads of
+    the deployed program of occurrences × the seconds per occurrence of the config that
+    is deployed (`estimate_parts`), plus the time outside kernels.
+
+    A kernel timed alone can run faster than inside the model (its weights hot, no
+    neighbours: see the module docstring), so with `in_model` each workload counts with
+    its time inside the model where the in-model check measured its deployed config.
+    The time outside kernels (reference and view steps, the executor loop) is the
+    check's own measurement of the model (`verification.measured`), else `measured`'s;
+    both are measured, never guessed. `in_model=False`: kernels as timed alone (what the
+    search optimized), for comparison. None where a workload has no time at all."""
+    parts = estimate_parts(reports, db, target_key, measured, verification, in_model)
+    if any(p.seconds is None for p in parts):
+        return None
     outside = verification.measured if verification is not None else measured
-    return total + (outside.other_s if outside else 0.0)
+    return sum(p.occurrences * p.seconds for p in parts) + (outside.other_s if outside else 0.0)
 
 
 def _median(db, workload_key: str, target_key: str, config: dict, in_model: bool) -> float | None:

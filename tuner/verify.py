@@ -132,6 +132,25 @@ def step_sum(totals, per) -> float:
     return float(np.median(per, axis=0).sum() + np.median(np.asarray(totals) - per.sum(axis=1)))
 
 
+def per_occurrence(per: np.ndarray, idx: list[int]) -> float:
+    """Seconds per occurrence of the steps `idx`: the mean of their medians, as `step_sum` counts
+    them. Not the median of each call's sum over the steps: a workload occurring k times is
+    k times as likely to have a preemption land in one of its steps in a given call, and
+    on a loaded machine that sum's median counted the preemptions."""
+    return float(np.median(np.asarray(per)[:, idx], axis=0).mean())
+
+
+def outside_kernels(totals, per, occurrences: dict) -> float:
+    """Seconds of a call outside its kernel steps, as `step_sum` counts them: Σ over the other
+    steps (reference, views, sessions) of each one's median + the median time outside all
+    steps (the executor loop). With `per_occurrence`'s times of the kernel workloads it adds
+    up to `step_sum`."""
+    per = np.asarray(per, dtype=float).reshape(len(totals), -1)
+    kernel = {k for idx in occurrences.values() for k in idx}
+    rest = [k for k in range(per.shape[1]) if k not in kernel]
+    return float(np.median(per[:, rest], axis=0).sum() + np.median(np.asarray(totals) - per.sum(axis=1)))
+
+
 def load_pair(graph, db, settings, fallback: str | None = None):
     """(model with the database's best configs, ignoring earlier verdicts; model with default configs)."""
     import runtime
@@ -158,11 +177,10 @@ def measured_pair(tuned, default, feeds: dict, runs: int, timed=None) -> Measure
     (t_tot, t_per), (d_tot, d_per) = timed or interleaved([tuned, default], feeds, runs)
     steps = tuned.prepare(feeds).steps
     occurrences = _kernel_steps(steps)
-    cols = [k for idx in occurrences.values() for k in idx]
-    other = np.asarray(t_tot) - t_per[:, cols].sum(axis=1)
-    in_model = {key: float(np.median(t_per[:, idx].sum(axis=1) / len(idx))) for key, idx in occurrences.items()}
+    in_model = {key: per_occurrence(t_per, idx) for key, idx in occurrences.items()}
     configs = {key: steps[idx[0]].kernel.kernel.config.to_json() for key, idx in occurrences.items()}
-    return Measured(float(np.median(t_tot)), float(np.median(d_tot)), float(np.median(other)), in_model,
+    return Measured(float(np.median(t_tot)), float(np.median(d_tot)), outside_kernels(t_tot, t_per, occurrences),
+                    in_model,
                     max(1, runs), configs, step_sum(t_tot, t_per), step_sum(d_tot, d_per),
                     {key: len(idx) for key, idx in occurrences.items()})
 
@@ -186,8 +204,8 @@ def verify_in_model(graph, db, sizes: dict, settings, runs: int = 15, fallback: 
         d_runs = d_per[:, idx].sum(axis=1) / len(idx)
         kt = ts.kernel.kernel
         verdicts.append(Verdict(kt.workload, kt.template, get_template(kt.template).version, len(idx),
-                                kt.config.to_json(), ds.kernel.kernel.config.to_json(), float(np.median(t_runs)),
-                                float(np.median(d_runs)), [float(x) for x in t_runs], [float(x) for x in d_runs]))
+                                kt.config.to_json(), ds.kernel.kernel.config.to_json(), per_occurrence(t_per, idx),
+                                per_occurrence(d_per, idx), [float(x) for x in t_runs], [float(x) for x in d_runs]))
     return Verification(verdicts, measured_pair(tuned, default, feeds, runs, timed), max(1, runs))
 
 

@@ -133,7 +133,7 @@ def typical(x, axis=None):
     2-core machine (load 5, 1 thread) most ResNet-18 steps of 1-5 ms were preempted in a third
     to a half of the calls, so their medians were inflated: two identical models measured
     side by side differed by 25-34 % in their sums of step medians, by 6-8 % in their sums of
-    25th percentiles. On a quiet machine the two are within a few per cent."""
+    25th percentiles. Where nothing preempts, a step's times are tight and the two nearly agree."""
     return np.percentile(np.asarray(x, dtype=float), TYPICAL_PERCENTILE, axis=axis)
 
 
@@ -262,8 +262,8 @@ def estimate_parts(reports, db, target_key: str, measured: Measured | None = Non
     its task's best, or the default where the in-model check rejected the best or the
     tuner measured nothing; its time per occurrence, first found of: the check's
     in-model time of that config (`verification`, with `in_model`), an `IN_MODEL`
-    record of it (with `in_model`), the tuner's median alone, the time `measured` ran
-    it in the model."""
+    record of it (with `in_model`), the tuner's median alone, the time `measured` (else
+    the check) ran it in the model."""
     from ir.keys import config_hash
     rejected = {v.workload.key for v in verification.rejected} if verification else set()
     checked: dict[tuple, float] = {}   # (workload key, config hash) -> in-model seconds per occurrence
@@ -275,8 +275,8 @@ def estimate_parts(reports, db, target_key: str, measured: Measured | None = Non
         for v in verification.verdicts:
             checked[(v.workload.key, config_hash(v.tuned_config))] = v.tuned_s
             checked[(v.workload.key, config_hash(v.default_config))] = v.default_s
-    fallback = measured.in_model if measured else {}
     program = verification.measured if verification is not None else measured
+    fallback = measured.in_model if measured else program.in_model if program else {}
     by_key = {r.task.workload.key: r for r in reports}
     if program is not None and program.occurrences:
         occurrences = dict(program.occurrences)

@@ -198,13 +198,34 @@ def measured_pair(tuned, default, feeds: dict, runs: int, timed=None) -> Measure
                     {key: len(idx) for key, idx in occurrences.items()})
 
 
+MIN_SPAN_S = 0.25   # the in-model check times each model for at least this long (see `runs_to_span`)
+MAX_RUNS = 400
+
+
+def runs_to_span(models: list, feeds: dict, runs: int, min_s: float = MIN_SPAN_S) -> int:
+    """At least `runs`, and as many as fill `min_s` seconds of each model's calls (at most
+    `MAX_RUNS`), from one call of the slowest: the check's times become the estimate,
+    and 5 runs of a 0.8 ms BERT-small are 4 ms of measurement, which one burst of a
+    neighbour's work on a shared core moves as a whole (estimate / measured 0.86-1.49
+    from run to run with the same code). Each model's first call also compiles and packs."""
+    slowest = 0.0
+    for m in models:
+        m.run(feeds)
+        t0 = time.perf_counter()
+        m.run(feeds)
+        slowest = max(slowest, time.perf_counter() - t0)
+    return max(runs, min(MAX_RUNS, int(min_s / max(slowest, 1e-6)) + 1))
+
+
 def verify_in_model(graph, db, sizes: dict, settings, runs: int = 15, fallback: str | None = None,
-                    seed: int = 0) -> Verification:
+                    seed: int = 0, min_s: float = MIN_SPAN_S) -> Verification:
     """Time every tuned subgraph of `graph` at `sizes` against its default config inside
-    the model (see the module docstring); nothing is stored (see `store_verdicts`)."""
+    the model (see the module docstring), `runs` calls of each at least and as many as fill
+    `min_s` seconds (`runs_to_span`); nothing is stored (see `store_verdicts`)."""
     from runtime.cli import random_feeds
     tuned, default = load_pair(graph, db, settings, fallback)
     feeds = random_feeds(tuned.graph, dict(sizes), seed)
+    runs = runs_to_span([tuned, default], feeds, runs, min_s)
     timed = interleaved([tuned, default], feeds, runs)
     (_, t_per), (_, d_per) = timed
     t_steps, d_steps = tuned.prepare(feeds).steps, default.prepare(feeds).steps

@@ -138,7 +138,7 @@ def bench(name: str, label: str, proto, sizes: dict, threads: int, args, work: P
     from ir.settings import Settings, use
     from runtime.cli import random_feeds
     from tuner.tune import TuneOptions, tune_model
-    from tuner.verify import deployed_estimate
+    from tuner.verify import deployed_estimate, runs_to_span
     path = work / f"{name}.onnx"
     if not path.exists():
         onnx.save(proto(), path)
@@ -158,7 +158,8 @@ def bench(name: str, label: str, proto, sizes: dict, threads: int, args, work: P
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        measured, ratios, wall, cpu = compare(tuned, untuned, sess, feeds, args.runs, args.rounds, args.block)
+        runs = runs_to_span([tuned, untuned], feeds, args.runs, args.min_round_s)
+        measured, ratios, wall, cpu = compare(tuned, untuned, sess, feeds, runs, args.rounds, args.block)
         vs = versus_ort(wall, cpu, threads)
         differ = sum(a.kernel is not None and b.kernel is not None and a.kernel.kernel.config != b.kernel.kernel.config
                      for a, b in zip(tuned.prepare(feeds).steps, untuned.prepare(feeds).steps))
@@ -218,7 +219,8 @@ def write_results(rows: list[dict], args, names: list[str], total: float, done: 
         "its default config, the faster deployed.",
         "",
         f"Machine: {machine()}. The cores were shared with other jobs while this ran: absolute times are noisy; "
-        f"the three runtimes took turns ({args.rounds} rounds of {args.runs} calls each, in blocks of {args.block} "
+        f"the three runtimes took turns ({args.rounds} rounds of {args.runs} calls each or as many as fill "
+        f"{args.min_round_s:g} s, in blocks of {args.block} "
         "calls of one runtime in a row after an untimed call, medians), so their "
         "ratios are comparable.",
         "",
@@ -285,6 +287,9 @@ def main(argv=None) -> int:
     ap.add_argument("--block", type=int, default=None,
                     help="calls of one runtime in a row, after an untimed one, before the next takes its turn "
                          "(default tuner.verify.BLOCK; 1: alternate call by call, caches cold from the others)")
+    ap.add_argument("--min-round-s", type=float, default=0.25, metavar="SECONDS",
+                    help="more than --runs calls per round where they take less than this long (a 0.8 ms model: "
+                         "15 calls are 12 ms, which one burst of a neighbour's work moves as a whole)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of --runs calls: their ratios give the noise")
     ap.add_argument("--verify-runs", type=int, default=10, help="runs of the in-model check after tuning")
     ap.add_argument("--tolerance", type=float, default=0.03,

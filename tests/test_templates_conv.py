@@ -139,7 +139,7 @@ def test_blocked_vector_ir_tile_matches_numpy(geo, cin, cout, groups, tile):
     pads, strides, dilations, groups and channel counts that are not multiples of 8; a bias-free
     residual + ReLU epilogue through the shared store loop."""
     wl = conv_wl(1, cin, 9, 11, cout, g=groups, epi=("res", "relu"), bias=False, **geo)
-    code = CONV.space(wl).knobs[-1].options[1]
+    code = next(k for k in CONV.space(wl).knobs if k.name == "tile_code").options[1]
     assert code.startswith("vec")
     cfg = config(wl, algo="blocked", vec="oc", regtile=tile, tile_code=code, OCB=2, PB=2)
     assert "tile_fma(" in render(CONV.lower(wl, cfg).module)

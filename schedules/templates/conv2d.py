@@ -129,6 +129,7 @@ class Conv2dTemplate(Template):
             Knob("OCB", BLOCKS, code_shape=False),
             Knob("PB", BLOCKS, code_shape=False),
             Knob("tile_code", tile_codes(target), before="slp"),   # the blocked tile's code (conv2d_blocked); others: slp
+            Knob("KC", (0,) + BLOCKS, code_shape=False, before=0),   # the vector-IR blocked tile's reduction chunk
         ], constraint=_blocked_vectors_along_channels)
 
     def default_config(self, wl: Workload, target=None) -> Config:
@@ -308,7 +309,8 @@ class Conv2dTemplate(Template):
                            *(Scalar(v) for v in (N, C, G, H, W, hp, wq, geo["PT"], geo["PL"]))),
                    items=N * G * ncb, parallel=par)
         conv = Call("conv", (Work("Xc"), pack_w.args[1], bias, *extras, Out((N, OC, OH * OW)),
-                             *(Scalar(v) for v in (N, OC, G, OH, OW, wq, cfg["OCB"], cfg["PB"]))),
+                             *(Scalar(v) for v in (N, OC, G, OH, OW, wq, cfg["OCB"], cfg["PB"])),
+                             *((Scalar(cfg.get("KC", 0)),) if lanes else ())),
                     items=N * G * n_ob * n_pb, parallel=par)
         steps, work = (pad, conv), (xc,)
         if not w_const:
@@ -383,6 +385,8 @@ def _blocked_vectors_along_channels(values: dict) -> str | None:
         return "the blocked algorithm vectorizes along output channels only (vec='oc')"
     if values.get("algo") != "blocked" and values.get("tile_code", "slp") != "slp":
         return "only the blocked algorithm has a vector-IR tile (tile_code='slp' for the others)"
+    if values.get("KC", 0) and (values.get("algo") != "blocked" or values.get("tile_code", "slp") == "slp"):
+        return "only the blocked algorithm's vector-IR tile splits its reduction (KC=0 for the others)"
     return None
 
 

@@ -102,45 +102,112 @@ def pad_blocked(s: int, cb: int) -> Function:
     return Function("pad", params, body)
 
 
-def buffered_store(epi: Epilogue, channels: str, oc: str, row: str, pixels: str, pixel: str) -> tuple:
-    """Store a tile held in `ct[pixel r, channel q]` with bias and epilogue: for q < `channels`,
+def buffered_store(epi: Epilogue, channels: str, oc: str, row: str, pixels: str, pixel: str,
+                   tile: str = "ct[r, q]") -> tuple:
+    """Store a tile held in memory (`tile`: pixel r, channel q's element) with bias and epilogue: for q < `channels`,
     output channel `oc` gets `pixels` contiguous outputs through the view `row` (a view from the
     tile's first pixel: no negative-index tests); `pixel` is r's flat index in the plane."""
     assigns, result = epi.emit("v", "n * OC + oc", pixel, "e", c="oc")
     return (For("q", "0", channels, (
         Assign("oc", oc), Assign("bo", "bias[oc]"), Assign("orow", row),
         For("r", "0", pixels, (
-            Assign("v", "ct[r, q] + bo"),
+            Assign("v", f"{tile} + bo"),
         ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[r]", result),)),
     )),)
 
 
-def vector_tile_runs(mr: int, nr: int, geo: dict, cb: int, lanes: int) -> tuple:
-    """The tile as `tile_fma` calls into `ct` (int64 pixel offsets `o{r}`, see `conv_blocked`):
-    per (block, kernel row), one call over the row's KW * CB contiguous (tap, channel) pairs
-    where dilation == stride (the taps' columns are then neighbouring columns of one phase
-    plane, and the packed weights run over (kw, ci) in the same order), else one per tap
-    over its CB channels. The first call stores the tile, the others add to it."""
+def vector_tile_runs(mr: int, nr: int, geo: dict, cb: int, lanes: int, blocks: str, first: str, tile: str) -> tuple:
+    """The tile as nest-form `tile_fma` calls into `ct` at element `tile`: the whole array `Xc`
+    from element `xg + o{r}` (pixel r's window in the chunk's first block) and `Wp` from `wg`
+    (the chunk's panel), the accumulators in registers over `blocks` channel blocks (one block
+    plane `PLN` apart in Xc) x the kernel rows around a contiguous run. Where dilation == stride
+    a kernel row's KW * CB (tap, channel) pairs are one run (the taps' columns are neighbouring
+    columns of one phase plane, and the packed weights run over (kw, ci) in the same order):
+    one call per tile; where the dilation is a multiple of the stride the taps are a loop of
+    their own; else (stride 2, dilation 1: the taps alternate phase planes) one call per phase
+    plane over its taps. The first call adds to the tile where `first` is true (a later chunk of
+    the reduction), else stores it; the others add."""
     g, s = geo, geo["SW"]
-    whole_row = g["DW"] == s
-    n_k = g["KW"] * cb if whole_row else cb
-    call = vector_tile("xb", [f"o{r} + xo" for r in range(mr)], "1", "Wk", f"kb * {nr}", str(nr), str(n_k),
-                       "ct", "0", str(nr), "first == 0", nr, lanes)
-    run = (
-        Assign("xo", f"((kh * {g['DH'] * s} + (kw * {g['DW']}) % {s}) * WQ + (kw * {g['DW']}) // {s}) * {cb}"),
-        Assign("kb", f"((cbk * {g['KH']} + kh) * {g['KW']} + kw) * {cb}"),
-        call, Assign("first", "0"))
-    inner = (Assign("kw", "0"),) + run if whole_row else (For("kw", "0", str(g["KW"]), run),)
-    return (Assign("first", "1"), For("cbk", "0", "NCB", (
-        Assign("xb", "Xc[n, g * NCB + cbk]"),
-        For("kh", "0", str(g["KH"]), inner),
-    )))
+    taps_b = g["KW"] * cb * nr                       # packed weights of one kernel row
+    outer = f"({blocks}, PLN, {g['KH'] * taps_b}), ({g['KH']}, {g['DH'] * s * cb} * WQ, {taps_b})"
+    rows = [f"o{r} + xg" for r in range(mr)]
+    if g["DW"] == s:
+        levels = [(f"({outer}, {g['KW'] * cb})", "wg", "", first)]
+    elif g["DW"] % s == 0:
+        levels = [(f"({outer}, ({g['KW']}, {g['DW'] // s * cb}, {cb * nr}), {cb})", "wg", "", first)]
+    else:   # one call per phase plane: its taps (kw = kw0, kw0 + dk, ...) step along its columns
+        phases = {}
+        for kw in range(g["KW"]):
+            phases.setdefault((kw * g["DW"]) % s, []).append(kw)
+        levels = []
+        for ph, kws in phases.items():
+            kw0, dk = kws[0], (kws[1] - kws[0] if len(kws) > 1 else 1)
+            assert kws == list(range(kw0, kw0 + dk * len(kws), dk))
+            taps = f", ({len(kws)}, {dk * g['DW'] // s * cb}, {dk * cb * nr})" if len(kws) > 1 else ""
+            col = (kw0 * g["DW"]) // s * cb
+            xo = (f" + {ph * cb} * WQ" if ph else "") + (f" + {col}" if col else "")
+            levels.append((f"({outer}{taps}, {cb})", f"wg + {kw0 * cb * nr}" if kw0 else "wg", xo,
+                           "True" if levels else first))
+    return tuple(vector_tile("Xc", [r + xo for r in rows], "1", "Wp", wo, str(nr), nest, "ct", tile, str(nr),
+                             acc, nr, lanes) for nest, wo, xo, acc in levels)
+
+
+def conv_blocked_vector(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int, lanes: int) -> Function:
+    """The kernel with the vector-IR tile (`vector_tile_runs`): work items as `conv_blocked`'s;
+    per tile of the outer loop (an OC tile for "oc_px", a pixel tile for "px_oc") the reduction
+    runs in chunks of KC channel blocks (run-time; KC <= 0: all at once), each chunk over all
+    tiles of the inner loop, so the chunk's weights (oc_px) or input (px_oc) stay in L1 across
+    them; the inner loop's tiles accumulate in `ct[i]`, stored (bias, epilogue) after the last
+    chunk."""
+    g = geo
+    oc_loop = ("oct", "ob * OCB", "min(n_oct, ob * OCB + OCB)")
+    px_loop = ("pt", "pb * PB", "min(n_pt, pb * PB + PB)")
+    outer, inner = (oc_loop, px_loop) if order == "oc_px" else (px_loop, oc_loop)
+    index = "pt - pb * PB" if order == "oc_px" else "oct - ob * OCB"
+    # pixel r's window: row and column of p0 (one division), then stepped along the plane;
+    # pixels past the plane read the last pixel's window (they are not stored)
+    at = lambda: f"(pr * {g['SH'] * g['SW']} * WQ + pc) * {cb}"   # noqa: E731
+    offsets = (Assign("p0", f"pt * {mr}"), Assign("pr", "p0 // OW"), Assign("pc", "p0 - pr * OW"), Assign("o0", at()))
+    for r in range(1, mr):
+        offsets += (Assign("pc", "pc + 1"), If("pc == OW", (Assign("pc", "0"), Assign("pr", "pr + 1"))),
+                    Assign(f"o{r}", f"{at()} if p0 + {r} < P else o{r - 1}"))
+    tiles = (
+        Assign("xg", "(n * NB + g * NCB + c0) * PLN"),
+        Assign("wg", f"((g * n_oct + oct) * KB + c0 * {g['KH'] * g['KW'] * cb}) * {nr}"),
+    ) + vector_tile_runs(mr, nr, geo, cb, lanes, "nc", "c0 > 0", f"({index}) * {mr * nr}")
+    # the offsets where the pixel tile changes: per inner tile (oc_px), else once per outer one
+    chunk = For(*inner, body=offsets + tiles) if order == "oc_px" else For(*inner, body=tiles)
+    first = () if order == "oc_px" else offsets
+    store = For(*inner, body=(Assign("p0", f"pt * {mr}"), Assign("ctile", f"ct[{index}]")) + buffered_store(
+        epi, f"min({nr}, OCg - oct * {nr})", f"g * OCg + oct * {nr} + q", "out[n, oc, p0:]", f"min({mr}, P - p0)",
+        "p0 + r", tile=f"ctile[r * {nr} + q]"))
+    body = (
+        Assign("OCg", "OC // G"), Assign("NB", "Xc.shape[1]"), Assign("NCB", "NB // G"), Assign("P", "OH * OW"),
+        Assign("PLN", "Xc.shape[2]"), Assign("KB", "Wp.shape[2]"),
+        Assign("KCB", "NCB if KC <= 0 else min(KC, NCB)"),
+        Assign("n_oct", f"(OCg + {nr - 1}) // {nr}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),
+        Assign("n_pt", f"(P + {mr - 1}) // {mr}"), Assign("n_pb", "(n_pt + PB - 1) // PB"),
+        Alloc("ct", ("PB" if order == "oc_px" else "OCB", str(mr * nr))),
+        For("it", "t", "N * G * n_ob * n_pb", step="T", body=(
+            *unflatten("it", (("pb", "n_pb"), ("ob", "n_ob"), ("g", "G")), "n"),
+            For(*outer, body=first + (
+                For("c0", "0", "NCB", step="KCB", body=(Assign("nc", "min(KCB, NCB - c0)"), chunk)),
+                store,
+            )),
+        )),
+    )
+    params = (Param("Xc", "float32[:, :, ::1]"), Param("Wp", "float32[:, :, :, ::1]"), Param("bias", "float32[::1]")) \
+        + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, :, ::1]"),) + tuple(
+        Param(n, "int64") for n in ("N", "OC", "G", "OH", "OW", "WQ", "OCB", "PB", "KC", "t", "T"))
+    return Function("conv", params, body)
 
 
 def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int, lanes: int | None = None) -> Function:
     """The kernel: work items t, t+T, ... of (n, g, OC block of OCB tiles, pixel block of PB
     tiles); per tile, MR pixel offsets, then the register tile over (cb, kh, kw, ci): SLP
-    scalar locals (`lanes` None) or `tile_fma` calls of that many lanes (`vector_tile_runs`)."""
+    scalar locals (`lanes` None) or, with `lanes`, `conv_blocked_vector`'s kernel."""
+    if lanes is not None:
+        return conv_blocked_vector(mr, nr, order, geo, epi, cb, lanes)
     g, s = geo, geo["SW"]
 
     def k_loops(body):
@@ -155,9 +222,8 @@ def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int
             )),
         )),)
 
-    # uint64 offsets for the scalar tile (no wraparound selects); int64 for tile_fma's
-    # arguments (uint64 + int64 is a float in numba)
-    cast = "np.uint64" if lanes is None else ""
+    # uint64 offsets for the scalar tile (no wraparound selects)
+    cast = "np.uint64"
     offsets = tuple(
         s_ for r in range(mr) for s_ in (
             Assign(f"pp{r}", f"min(p0 + {r}, P - 1)"),
@@ -168,13 +234,10 @@ def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int
     store = buffered_store(epi, f"min({nr}, OCg - oct * {nr})", f"g * OCg + oct * {nr} + q",
                            "out[n, oc, p0:]", f"min({mr}, P - p0)", "p0 + r")
     head = (Assign("p0", f"pt * {mr}"), Assign("Wk", "Wp[g, oct]")) + offsets
-    if lanes is None:
-        tile = head + register_tile(
-            mr, nr, lambda r: f"xb[o{r} + xi]", lambda q: f"Wk[k, {q}]", k_loops, (),
-            comment=f"{mr}x{nr} register tile (pixels x output channels) over {cb}-channel blocks, "
-                    f"SLP-vectorized along channels")[:-1] + store   # [:-1]: its per-row store loop (empty here)
-    else:
-        tile = head + vector_tile_runs(mr, nr, geo, cb, lanes) + store
+    tile = head + register_tile(
+        mr, nr, lambda r: f"xb[o{r} + xi]", lambda q: f"Wk[k, {q}]", k_loops, (),
+        comment=f"{mr}x{nr} register tile (pixels x output channels) over {cb}-channel blocks, "
+                f"SLP-vectorized along channels")[:-1] + store   # [:-1]: its per-row store loop (empty here)
     oc_loop = ("oct", "ob * OCB", "min(n_oct, ob * OCB + OCB)")
     px_loop = ("pt", "pb * PB", "min(n_pt, pb * PB + PB)")
     outer, inner = (oc_loop, px_loop) if order == "oc_px" else (px_loop, oc_loop)

@@ -30,6 +30,7 @@ from codegen import compile_kernel  # noqa: E402
 from codegen.backend import get_backend  # noqa: E402
 from codegen.source import render  # noqa: E402
 from schedules import get_template  # noqa: E402
+from schedules.microkernel import tile_codes  # noqa: E402
 from ir.settings import Settings, use  # noqa: E402
 from tests.template_cases import conv_wl, precompile  # noqa: E402
 
@@ -58,7 +59,8 @@ CODE = [dict(algo="direct", vec="px", regtile="4x16"), dict(algo="direct", vec="
         dict(algo="im2col", vec="px", regtile="4x16"), dict(algo="im2col", vec="px", regtile="6x16"),
         dict(algo="direct", vec="oc", regtile="4x16"),
         dict(algo="blocked", vec="oc", regtile="6x16"), dict(algo="blocked", vec="oc", regtile="4x24"),
-        dict(algo="blocked", vec="oc", regtile="4x16"), dict(algo="blocked", vec="oc", regtile="6x16", order="px_oc")]
+        dict(algo="blocked", vec="oc", regtile="4x16"), dict(algo="blocked", vec="oc", regtile="6x16", order="px_oc"),
+        dict(algo="blocked", vec="oc", regtile="6x16", tile_code=tile_codes()[1])]
 DW_CODE = [dict(algo="dw_blocked", regtile=t) for t in ("4x8", "8x8")] \
     + [dict(algo="depthwise", regtile=t, PB=1) for t in ("4x8", "2x16", "4x16", "2x32")]
 RUNTIME = [dict(OCB=o, PB=p) for o in (1, 4) for p in (1, 4)]
@@ -75,7 +77,8 @@ def candidates(conv, wl, quick=False) -> list:
     out = [default]
     for c in code:
         for r in rt:
-            cfg = space.validate({**default.to_json(), "order": "oc_px", "parallel": True, **c, **r} if not dw
+            cfg = space.validate({**default.to_json(), "order": "oc_px", "parallel": True, "tile_code": "slp", "KC": 0,
+                                  **c, **r} if not dw
                                  else {**default.to_json(), **r, **c})
             if cfg not in out:
                 out.append(cfg)
@@ -177,7 +180,8 @@ def main():
                     "tile variants (--tile-variants) vs ORT, interleaved, 1 thread, and compile CPU s per code shape; write OUT.md")
     ap.add_argument("--tile-variants", default="", metavar="CODE:MRxNR,...",
                     help="with --tile-code-before-after: the blocked tiles compared, code slp or vec "
-                    "(this machine's vec<lanes>); default slp:6x16,vec:6x16,vec:4x24")
+                    "(this machine's vec<lanes>), optionally :order:OCB:PB:KC (else the default config's); "
+                    "default slp:6x16,vec:6x16,vec:4x24")
     args = ap.parse_args()
     if args.tile_code_before_after:
         tile_code_before_after(Path(args.tile_code_before_after), args.rounds, args.only, args.tile_variants)
@@ -297,19 +301,24 @@ def depthwise_before_after(out: Path, rounds: int):
 def tile_code_before_after(out: Path, rounds: int, only: str = "", variants: str = ""):
     """ResNet-18's convs (`only`: labels as --only; default the stride-1 3x3 ones), 1 thread
     (the calling thread's CPU time): the blocked kernel's tile variants (`variants`: comma-separated
-    "code:MRxNR", code "slp" or "vec" for this machine's vec<lanes>; default slp 6x16, vec 6x16,
-    vec 4x24) vs onnxruntime, in `rounds` interleaved rounds, medians, ratios to the first variant;
+    "code:MRxNR[:order:OCB:PB:KC]", code "slp" or "vec" for this machine's vec<lanes>, run-time
+    knobs the default config's unless given; default slp 6x16, vec 6x16, vec 4x24) vs onnxruntime, in `rounds` interleaved rounds, medians, ratios to the first variant;
     and the CPU seconds each code shape takes to compile in this process (numba's typing +
     LLVM; run with a fresh TENSORTUNE_CACHE, else they read the cache)."""
-    from schedules.microkernel import tile_codes
     use(Settings.from_env())
     conv = get_template("conv2d")
     backend = get_backend(None, Settings.from_env().with_(threads=1))
     vec = tile_codes()[1]
-    specs = [v.split(":") for v in (variants or "slp:6x16,vec:6x16,vec:4x24").split(",")]
-    variants = tuple((f"{vec if code == 'vec' else code} {tile}",
-                      dict(algo="blocked", vec="oc", regtile=tile, tile_code=vec if code == "vec" else code))
-                     for code, tile in specs)
+
+    def variant(spec: str):
+        code, tile, *rt = spec.split(":")
+        code = vec if code == "vec" else code
+        knobs = dict(zip(("order", "OCB", "PB", "KC"), rt))
+        knobs.update({k: int(v) for k, v in knobs.items() if k != "order"})
+        return (f"{code} {tile}" + (f" {'/'.join(rt)}" if rt else ""),
+                dict(algo="blocked", vec="oc", regtile=tile, tile_code=code, **knobs))
+
+    variants = tuple(variant(v) for v in (variants or "slp:6x16,vec:6x16,vec:4x24").split(","))
     label = lambda r: f"{r[0]}->{r[2]} {r[3]}x{r[3]}/{r[4]} @{r[1]}"   # noqa: E731
     layers = [r for r in RESNET18 if any(o in label(r) for o in only.split(","))] if only else \
         [r for r in RESNET18 if r[3] == 3 and r[4] == 1]
@@ -324,8 +333,7 @@ def tile_code_before_after(out: Path, rounds: int, only: str = "", variants: str
         y = np.empty(wl.output_shape, np.float32)
         runs = {}
         for name, code in variants:
-            cfg = conv.space(wl).validate({**conv.default_config(wl).to_json(), "parallel": False, "order": "px_oc",
-                                           "OCB": 4, "PB": 4, **code})
+            cfg = conv.space(wl).validate({**conv.default_config(wl).to_json(), "parallel": False, **code})
             t0 = time.process_time()
             runs[name] = compile_kernel(conv, wl, cfg).bind([None, arrays[1], arrays[2]], backend)
             runs[name](arrays, y)

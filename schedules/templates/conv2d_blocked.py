@@ -13,11 +13,12 @@ offset, so each pixel gets one base offset per tile, and tiny maps (7x7, 14x14) 
 lanes on the row's end. Pixels past the plane read the last pixel's window and are not stored.
 
 The tile is written either as unrolled scalar locals that LLVM's SLP pass vectorizes
-(`tile_code` "slp", `register_tile`) or as calls of the vector-IR tile
-(`codegen.vector_tile.tile_fma`, "vec<lanes>"): one call per contiguous run of the reduction
-(the CB channels of one tap, or a whole kernel row of taps where the phase-split plane makes
-a row's taps adjacent: dilation == stride), the first call storing into the scratch tile
-`ct`, the others adding to it; the store loop is the same for both.
+(`tile_code` "slp", `register_tile`) or as a nest-form call of the vector-IR tile
+(`codegen.vector_tile.tile_fma`, "vec<lanes>", the default): one call per tile covers the
+whole reduction (channel blocks x kernel rows around a contiguous run of taps x channels,
+or one run per phase plane for strided convs), the accumulators in registers throughout, in chunks of KC channel blocks (run-time) so that a chunk's
+weights or inputs stay in L1 across the work item's tiles; the tiles then go through the
+scratch `ct` and the same store loop.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from schedules.loopnest import Alloc, Assign, For, Function, If, Param, unflatte
 from schedules.microkernel import F0, register_tile, vector_tile
 
 MAX_CB = 8   # channels per block: the innermost loop's length
-DEFAULT_VECTOR_IR = False   # the untuned tile_code of blocked convs: "vec<lanes>" (True) or "slp"
+DEFAULT_VECTOR_IR = True   # the untuned tile_code of blocked convs: "vec<lanes>" (True) or "slp"
 
 
 def channel_block(cg: int) -> int:
@@ -36,11 +37,31 @@ def channel_block(cg: int) -> int:
     return MAX_CB
 
 
-def pack_w_blocked(nr: int, cb: int, kh: int, kw: int) -> Function:
-    """W[OC, Cg * KH * KW] into Wp[g, oc_tile, k, 0:NR], k = ((cbk * KH + kh) * KW + kw) * CB + ci
-    for input channel cbk * CB + ci; zeros past the group's channels (both kinds); thread t of
-    T packs panels t, t+T, ..."""
+def phase_taps(geo: dict) -> dict:
+    """The kernel row's taps by the phase plane they read, {phase: [kw, ...]}: with stride S and
+    dilation D, tap kw reads plane (kw * D) % S at column (kw * D) // S; a plane's taps step
+    by a constant kw (and column) distance."""
+    phases = {}
+    for kw in range(geo["KW"]):
+        phases.setdefault((kw * geo["DW"]) % geo["SW"], []).append(kw)
+    return phases
+
+
+def tap_order(geo: dict) -> tuple:
+    """The order of a kernel row's taps in the vector-IR tile's packed weights: by phase plane
+    (stride 2, dilation 1: 0, 2, 1), so that a plane's taps, neighbouring columns of the plane,
+    are one contiguous run of weights as of inputs; the identity where dilation == stride or
+    a multiple of it (one plane)."""
+    return tuple(kw for kws in phase_taps(geo).values() for kw in kws)
+
+
+def pack_w_blocked(nr: int, cb: int, kh: int, kw: int, order: tuple | None = None) -> Function:
+    """W[OC, Cg * KH * KW] into Wp[g, oc_tile, k, 0:NR], k = ((cbk * KH + kh) * KW + j) * CB + ci
+    for input channel cbk * CB + ci and tap kw = order[j] (default the identity); zeros past
+    the group's channels (both kinds); thread t of T packs panels t, t+T, ..."""
     taps = kh * kw
+    tap = "tap" if order is None or tuple(order) == tuple(range(kw)) else \
+        f"(tap // {kw}) * {kw} + ({', '.join(map(str, order))},)[tap % {kw}]"
     body = (
         Assign("n_oct", f"(OCg + {nr - 1}) // {nr}"), Assign("KB", f"NCB * {taps * cb}"),
         For("it", "t", "G * n_oct", step="T", body=(
@@ -50,7 +71,7 @@ def pack_w_blocked(nr: int, cb: int, kh: int, kw: int) -> Function:
                 Assign("c", f"cbk * {cb} + ci"),
                 For("q", "0", str(nr), (
                     Assign("oc", f"oct * {nr} + q"),
-                    If("oc < OCg and c < Cg", (Assign("Wp[g, oct, k, q]", f"W[g * OCg + oc, c * {taps} + tap]"),),
+                    If("oc < OCg and c < Cg", (Assign("Wp[g, oct, k, q]", f"W[g * OCg + oc, c * {taps} + {tap}]"),),
                        (Assign("Wp[g, oct, k, q]", F0),)),
                 )),
             )),
@@ -117,39 +138,37 @@ def buffered_store(epi: Epilogue, channels: str, oc: str, row: str, pixels: str,
 
 
 def vector_tile_runs(mr: int, nr: int, geo: dict, cb: int, lanes: int, blocks: str, first: str, tile: str) -> tuple:
-    """The tile as nest-form `tile_fma` calls into `ct` at element `tile`: the whole array `Xc`
-    from element `xg + o{r}` (pixel r's window in the chunk's first block) and `Wp` from `wg`
-    (the chunk's panel), the accumulators in registers over `blocks` channel blocks (one block
-    plane `PLN` apart in Xc) x the kernel rows around a contiguous run. Where dilation == stride
-    a kernel row's KW * CB (tap, channel) pairs are one run (the taps' columns are neighbouring
-    columns of one phase plane, and the packed weights run over (kw, ci) in the same order):
-    one call per tile; where the dilation is a multiple of the stride the taps are a loop of
-    their own; else (stride 2, dilation 1: the taps alternate phase planes) one call per phase
-    plane over its taps. The first call adds to the tile where `first` is true (a later chunk of
-    the reduction), else stores it; the others add."""
+    """The tile as one nest-form `tile_fma` call into `ct` at element `tile`: the whole array
+    `Xc` from element `xg + o{r}` (pixel r's window in the chunk's first block) and `Wp` from
+    `wg` (the chunk's panel), the accumulators in registers over `blocks` channel blocks (one
+    block plane `PLN` apart in Xc) x the kernel rows around the row's taps. Where dilation ==
+    stride a kernel row's KW * CB (tap, channel) pairs are one contiguous run (the taps'
+    columns are neighbouring columns of one phase plane, and the packed weights run over
+    (kw, ci) in the same order); where the dilation is a multiple of the stride the taps are a
+    loop of their own; else (stride 2, dilation 1: the taps alternate phase planes) the row is
+    one segment per phase plane (its taps, neighbouring columns there, are consecutive in the
+    packed weights: `tap_order`), or one per tap. The call starts from the tile where `first`
+    is true (a later chunk of the reduction), else stores it."""
     g, s = geo, geo["SW"]
     taps_b = g["KW"] * cb * nr                       # packed weights of one kernel row
     outer = f"({blocks}, PLN, {g['KH'] * taps_b}), ({g['KH']}, {g['DH'] * s * cb} * WQ, {taps_b})"
-    rows = [f"o{r} + xg" for r in range(mr)]
     if g["DW"] == s:
-        levels = [(f"({outer}, {g['KW'] * cb})", "wg", "", first)]
+        nest = f"({outer}, {g['KW'] * cb})"
     elif g["DW"] % s == 0:
-        levels = [(f"({outer}, ({g['KW']}, {g['DW'] // s * cb}, {cb * nr}), {cb})", "wg", "", first)]
-    else:   # one call per phase plane: its taps (kw = kw0, kw0 + dk, ...) step along its columns
-        phases = {}
-        for kw in range(g["KW"]):
-            phases.setdefault((kw * g["DW"]) % s, []).append(kw)
-        levels = []
-        for ph, kws in phases.items():
-            kw0, dk = kws[0], (kws[1] - kws[0] if len(kws) > 1 else 1)
-            assert kws == list(range(kw0, kw0 + dk * len(kws), dk))
-            taps = f", ({len(kws)}, {dk * g['DW'] // s * cb}, {dk * cb * nr})" if len(kws) > 1 else ""
-            col = (kw0 * g["DW"]) // s * cb
-            xo = (f" + {ph * cb} * WQ" if ph else "") + (f" + {col}" if col else "")
-            levels.append((f"({outer}{taps}, {cb})", f"wg + {kw0 * cb * nr}" if kw0 else "wg", xo,
-                           "True" if levels else first))
-    return tuple(vector_tile("Xc", [r + xo for r in rows], "1", "Wp", wo, str(nr), nest, "ct", tile, str(nr),
-                             acc, nr, lanes) for nest, wo, xo, acc in levels)
+        nest = f"({outer}, ({g['KW']}, {g['DW'] // s * cb}, {cb * nr}), {cb})"
+    else:
+        segments, j = [], 0
+        for ph, kws in phase_taps(geo).items():
+            col, step = (kws[0] * g["DW"]) // s, (kws[1] - kws[0]) * g["DW"] // s if len(kws) > 1 else 1
+            runs = [(col, len(kws))] if step == 1 else [(col + i * step, 1) for i in range(len(kws))]
+            for c, n in runs:
+                xo = f"{ph * cb} * WQ + {c * cb}" if ph else str(c * cb)
+                segments.append(f"({xo}, {j * cb * nr}, {n * cb})")
+                j += n
+        nest = f"({outer}, ({', '.join(segments)},))"
+    call = vector_tile("Xc", [f"o{r} + xg" for r in range(mr)], "1", "Wp", "wg", str(nr), nest, "ct", tile, str(nr),
+                       first, nr, lanes)
+    return (call,)
 
 
 def conv_blocked_vector(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int, lanes: int) -> Function:

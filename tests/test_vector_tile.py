@@ -123,6 +123,34 @@ def test_nest_form_matches_numpy(backend, mr, nr, lanes, levels):
         assert np.allclose(C, want, rtol=1e-5, atol=1e-4), case
 
 
+def test_nest_form_segments_run_one_after_another(backend):
+    """Innermost segments (a_offset, b_offset, count) inside an outer loop, as a strided conv's
+    phase planes: the sum over the loop of each segment's run from its own offsets."""
+    mr, nr = 3, 16
+    call = vector_tile("A", ["0", "5", "11"], "1", "B", "2", str(nr), "((n1, 40, 9 * 16), ((0, 0, 4), (20, 64, 3), (33, 112, 2)))",
+                       "C", "1", str(nr), "acc", nr, 8)
+    params = (Param("A", "float32[::1]"), Param("B", "float32[::1]"), Param("C", "float32[::1]"),
+              Param("n1", "int64"), Param("acc", "boolean"))
+    fn = backend.load(backend.compile(LoopModule((Function("tile", params, (call,)),))))["tile"]
+    rng = np.random.default_rng(7)
+    A = rng.standard_normal(300).astype(np.float32)
+    B = rng.standard_normal(2 + 4 * 9 * nr + nr).astype(np.float32)
+    for n1, acc in ((4, False), (3, True), (0, True)):
+        C = rng.standard_normal(1 + mr * nr).astype(np.float32)
+        want = C.astype(np.float64)
+        for r, a_row in enumerate((0, 5, 11)):
+            total = np.zeros(nr)
+            for j in range(n1):
+                for a_seg, b_seg, n in ((0, 0, 4), (20, 64, 3), (33, 112, 2)):
+                    for k in range(n):
+                        b = 2 + j * 9 * nr + b_seg + k * nr
+                        total += float(A[a_row + j * 40 + a_seg + k]) * B[b:b + nr].astype(np.float64)
+            row = slice(1 + r * nr, 1 + (r + 1) * nr)
+            want[row] = (want[row] if acc else 0.0) + total
+        fn(A, B, C, n1, acc)
+        assert np.allclose(C, want, rtol=1e-5, atol=1e-4), (n1, acc)
+
+
 def test_nest_form_rejects_a_malformed_nest(backend):
     call = vector_tile("A", ["0", "1"], "1", "B", "0", "8", "((2, 1), 3)", "C", "0", "8", "False", 8, 8)
     params = (Param("A", "float32[::1]"), Param("B", "float32[::1]"), Param("C", "float32[::1]"))

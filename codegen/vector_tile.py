@@ -20,6 +20,17 @@ tile reads A at `a_offsets[r] + k * a_kstride` (MR = len(a_offsets)), B at
 `accumulate` is true, added) to C at `c_offset + r * c_rowstride + c`. NR and LANES
 (float32 lanes per vector: `schedules.microkernel.vector_shape`) are integer literals
 in the source (NR a multiple of LANES); they fix the code shape. float32 only.
+
+The nest form: `n_k` may instead be a tuple `((count, a_stride, b_stride), ..., n_k)` of
+outer loops (outermost first) around the contiguous k run, so that one call covers a whole
+blocked reduction (a conv's channel blocks x kernel rows x taps) with the accumulators in
+registers throughout: level i's index j_i adds `j_i * a_stride_i` to every row's A offset
+and `j_i * b_stride_i` to B's. The innermost n_k may also be a tuple of segments
+`((a_offset, b_offset, count), ...)`: runs one after another, each from its own offsets
+(a strided conv's phase planes); the same k strides in all, and C is stored once at the end; where `accumulate` is true
+the accumulators start from C's values (the same sum as adding at the end, summed in another
+order). The counts may be run-time values; with n_k an integer the call is the plain form
+above, IR unchanged.
 """
 from __future__ import annotations
 
@@ -30,7 +41,7 @@ from numba.core.extending import intrinsic
 
 # in the import line generated sources carry (codegen.source), so that a change of the IR
 # below changes their text, hence their cache key (numba's cache does not track this file)
-VERSION = 1
+VERSION = 2   # v2: the nest form (n_k a tuple of outer loops)
 
 _F32 = ir.FloatType()
 _I64 = ir.IntType(64)
@@ -54,8 +65,9 @@ def tile_fma(typingctx, A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k, C,
     if not isinstance(a_offsets, types.BaseTuple) or not len(a_offsets) \
             or not all(isinstance(t, types.Integer) for t in a_offsets):
         raise TypingError(f"tile_fma: a_offsets must be a tuple of integers (one per tile row), got {a_offsets}")
-    for name, t in (("a_kstride", a_kstride), ("b_offset", b_offset), ("b_kstride", b_kstride), ("n_k", n_k),
-                    ("c_offset", c_offset), ("c_rowstride", c_rowstride)):
+    levels = _nest_levels(n_k)
+    for name, t in (("a_kstride", a_kstride), ("b_offset", b_offset), ("b_kstride", b_kstride),
+                    ("c_offset", c_offset), ("c_rowstride", c_rowstride)) + ((("n_k", n_k),) if levels is None else ()):
         if not isinstance(t, types.Integer):
             raise TypingError(f"tile_fma: {name} must be an integer, got {t}")
     if not isinstance(accumulate, (types.Boolean, types.Integer)):
@@ -63,6 +75,9 @@ def tile_fma(typingctx, A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k, C,
     mr = len(a_offsets)
     sig = types.void(A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k, C, c_offset, c_rowstride,
                      accumulate, NR, LANES)
+
+    if levels is not None:
+        return sig, _nest_codegen(mr, nr, lanes, levels)
 
     def codegen(context, builder, sig, args):
         aty, oty, _, bty, _, _, _, cty = sig.args[:8]
@@ -136,3 +151,105 @@ def tile_fma(typingctx, A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k, C,
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def _int_triple(t) -> bool:
+    return isinstance(t, types.BaseTuple) and len(t) == 3 and all(isinstance(x, types.Integer) for x in t)
+
+
+def _nest_levels(n_k) -> int | None:
+    """The number of outer loops of a nest-form `n_k` (a tuple of (count, a_stride, b_stride)
+    tuples ending with the inner count or segments), None for a plain integer n_k; else a
+    TypingError."""
+    if isinstance(n_k, types.Integer):
+        return None
+    last = n_k[-1] if isinstance(n_k, types.BaseTuple) and len(n_k) else None
+    segments = isinstance(last, types.BaseTuple) and len(last) and all(_int_triple(t) for t in last)
+    if last is None or not (isinstance(last, types.Integer) or segments) \
+            or not all(_int_triple(lv) for lv in n_k[:-1]):
+        raise TypingError("tile_fma: n_k must be an integer or a tuple ((count, a_stride, b_stride), ..., n_k), "
+                          f"n_k an integer or a tuple of (a_offset, b_offset, count) segments, got {n_k}")
+    return len(n_k) - 1
+
+
+def _nest_codegen(mr: int, nr: int, lanes: int, n_outer: int):
+    """The nest form's IR: the accumulators live in stack slots of the entry block, which LLVM's
+    SROA/mem2reg turn into registers (phis at every loop head); the outer loops only move the
+    A and B base offsets; the inner loop is the plain form's body."""
+
+    def codegen(context, builder, sig, args):
+        aty, oty, a_ks_ty, bty, b_off_ty, b_ks_ty, nest_ty, cty = sig.args[:8]
+        a, offs, a_ks, b, b_off, b_ks, nest, c, c_off, c_rs, acc_flag = args[:11]
+
+        def i64(value, ty):
+            return context.cast(builder, value, ty, types.int64)
+
+        a_ks, b_off, b_ks = i64(a_ks, a_ks_ty), i64(b_off, b_off_ty), i64(b_ks, b_ks_ty)
+        c_off, c_rs = i64(c_off, sig.args[8]), i64(c_rs, sig.args[9])
+        parts = cgutils.unpack_tuple(builder, nest, n_outer + 1)
+        outer = []
+        for value, ty in zip(parts[:-1], nest_ty[:-1]):
+            outer.append([i64(v, t) for v, t in zip(cgutils.unpack_tuple(builder, value, 3), ty)])
+        if isinstance(nest_ty[-1], types.Integer):   # one run from the level's offsets
+            runs = [(ir.Constant(_I64, 0), ir.Constant(_I64, 0), i64(parts[-1], nest_ty[-1]))]
+        else:   # segments: (a_offset, b_offset, count) runs one after the other
+            runs = [[i64(v, t) for v, t in zip(cgutils.unpack_tuple(builder, seg, 3), seg_ty)]
+                    for seg, seg_ty in zip(cgutils.unpack_tuple(builder, parts[-1], len(nest_ty[-1])), nest_ty[-1])]
+        flag = context.cast(builder, acc_flag, sig.args[10], types.boolean)
+        a_data = context.make_array(aty)(context, builder, a).data
+        b_data = context.make_array(bty)(context, builder, b).data
+        c_data = context.make_array(cty)(context, builder, c).data
+        a_offs = [i64(o, t) for o, t in zip(cgutils.unpack_tuple(builder, offs, mr), oty)]
+        vty = ir.VectorType(_F32, lanes)
+        nv = nr // lanes
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3), f"llvm.fma.v{lanes}f32")
+        splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+        zero = ir.Constant(vty, [0.0] * lanes)
+
+        def vector_at(base, offset):
+            return builder.bitcast(builder.gep(base, [offset]), vty.as_pointer())
+
+        # accumulate: the accumulators start from C (loaded once; C's tile is stored at the end
+        # anyway, so the loads are in bounds) rather than being added to it at the end, so a
+        # second call after a first into the same C keeps one set of accumulators live, not two
+        c_base = builder.gep(c_data, [c_off])
+        ptrs = [[vector_at(c_base, builder.add(builder.mul(ir.Constant(_I64, r), c_rs), ir.Constant(_I64, v * lanes)))
+                 for v in range(nv)] for r in range(mr)]
+        slots = [[cgutils.alloca_once(builder, vty, name=f"acc{r}_{v}") for v in range(nv)] for r in range(mr)]
+        for r in range(mr):
+            for v in range(nv):
+                builder.store(builder.select(flag, builder.load(ptrs[r][v], align=4), zero), slots[r][v])
+
+        def loops(level, a_base, b_base):
+            if level == n_outer:
+                for a_seg, b_seg, nk in runs:
+                    run(builder.add(a_base, a_seg), builder.add(b_base, b_seg), nk)
+                return
+            count, a_step, b_step = outer[level]
+            with cgutils.for_range(builder, count) as loop:
+                j = loop.index
+                loops(level + 1, builder.add(a_base, builder.mul(j, a_step)), builder.add(b_base, builder.mul(j, b_step)))
+
+        def run(a_base, b_base, nk):
+            """The contiguous k run from these base offsets: the plain form's loop body."""
+            with cgutils.for_range(builder, nk) as loop:
+                k = loop.index
+                b_k = builder.add(b_base, builder.mul(k, b_ks))
+                bvec = [builder.load(vector_at(b_data, builder.add(b_k, ir.Constant(_I64, v * lanes))), align=4)
+                        for v in range(nv)]
+                a_k = builder.add(a_base, builder.mul(k, a_ks))
+                for r in range(mr):
+                    ar = builder.load(builder.gep(a_data, [builder.add(a_offs[r], a_k)]), align=4)
+                    splat = builder.shuffle_vector(
+                        builder.insert_element(ir.Constant(vty, ir.Undefined), ar, ir.Constant(ir.IntType(32), 0)),
+                        ir.Constant(vty, ir.Undefined), splat_mask)
+                    for v in range(nv):
+                        builder.store(builder.call(fma, [splat, bvec[v], builder.load(slots[r][v])]), slots[r][v])
+
+        loops(0, ir.Constant(_I64, 0), b_off)
+        for r in range(mr):
+            for v in range(nv):
+                builder.store(builder.load(slots[r][v]), ptrs[r][v], align=4)
+        return context.get_dummy_value()
+
+    return codegen

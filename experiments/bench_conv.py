@@ -30,6 +30,7 @@ from codegen import compile_kernel  # noqa: E402
 from codegen.backend import get_backend  # noqa: E402
 from codegen.source import render  # noqa: E402
 from schedules import get_template  # noqa: E402
+from schedules.microkernel import tile_codes  # noqa: E402
 from ir.settings import Settings, use  # noqa: E402
 from tests.template_cases import conv_wl, precompile  # noqa: E402
 
@@ -58,7 +59,8 @@ CODE = [dict(algo="direct", vec="px", regtile="4x16"), dict(algo="direct", vec="
         dict(algo="im2col", vec="px", regtile="4x16"), dict(algo="im2col", vec="px", regtile="6x16"),
         dict(algo="direct", vec="oc", regtile="4x16"),
         dict(algo="blocked", vec="oc", regtile="6x16"), dict(algo="blocked", vec="oc", regtile="4x24"),
-        dict(algo="blocked", vec="oc", regtile="4x16"), dict(algo="blocked", vec="oc", regtile="6x16", order="px_oc")]
+        dict(algo="blocked", vec="oc", regtile="4x16"), dict(algo="blocked", vec="oc", regtile="6x16", order="px_oc"),
+        dict(algo="blocked", vec="oc", regtile="6x16", tile_code=tile_codes()[1])]
 DW_CODE = [dict(algo="dw_blocked", regtile=t) for t in ("4x8", "8x8")] \
     + [dict(algo="depthwise", regtile=t, PB=1) for t in ("4x8", "2x16", "4x16", "2x32")]
 RUNTIME = [dict(OCB=o, PB=p) for o in (1, 4) for p in (1, 4)]
@@ -75,7 +77,8 @@ def candidates(conv, wl, quick=False) -> list:
     out = [default]
     for c in code:
         for r in rt:
-            cfg = space.validate({**default.to_json(), "order": "oc_px", "parallel": True, **c, **r} if not dw
+            cfg = space.validate({**default.to_json(), "order": "oc_px", "parallel": True, "tile_code": "slp", "KC": 0,
+                                  **c, **r} if not dw
                                  else {**default.to_json(), **r, **c})
             if cfg not in out:
                 out.append(cfg)
@@ -173,11 +176,15 @@ def main():
                     help="only the depthwise layers: the `depthwise` algorithm's tile heuristic (the default "
                     "before dw_blocked) vs the default config vs ORT, interleaved, 1 thread; write OUT.md")
     ap.add_argument("--tile-code-before-after", default="", metavar="OUT.md",
-                    help="only ResNet-18's stride-1 3x3 convs: the blocked kernel's slp tile vs its vector-IR "
-                    "tiles vs ORT, interleaved, 1 thread, and compile CPU s per code shape; write OUT.md")
+                    help="ResNet-18's convs (default its stride-1 3x3 ones; --only picks): the blocked kernel's "
+                    "tile variants (--tile-variants) vs ORT, interleaved, 1 thread, and compile CPU s per code shape; write OUT.md")
+    ap.add_argument("--tile-variants", default="", metavar="CODE:MRxNR,...",
+                    help="with --tile-code-before-after: the blocked tiles compared, code slp or vec "
+                    "(this machine's vec<lanes>), optionally :order:OCB:PB:KC (else the default config's); "
+                    "default slp:6x16,vec:6x16,vec:4x24")
     args = ap.parse_args()
     if args.tile_code_before_after:
-        tile_code_before_after(Path(args.tile_code_before_after), args.rounds)
+        tile_code_before_after(Path(args.tile_code_before_after), args.rounds, args.only, args.tile_variants)
         return
     if args.depthwise_before_after:
         depthwise_before_after(Path(args.depthwise_before_after), args.rounds)
@@ -291,24 +298,35 @@ def depthwise_before_after(out: Path, rounds: int):
     out.write_text("\n".join(lines) + "\n")
 
 
-def tile_code_before_after(out: Path, rounds: int):
-    """ResNet-18's stride-1 3x3 convs, 1 thread (the calling thread's CPU time): the blocked
-    kernel's SLP tile (the default, 6x16) vs the vector-IR tile (`tile_code` vec<lanes>: 6x16,
-    4x24) vs onnxruntime, in `rounds` interleaved rounds, medians; and the CPU seconds each code
-    shape takes to compile in this process (numba's typing + LLVM; run with a fresh
-    TENSORTUNE_CACHE, else they read the cache)."""
-    from schedules.microkernel import tile_codes
+def tile_code_before_after(out: Path, rounds: int, only: str = "", variants: str = ""):
+    """ResNet-18's convs (`only`: labels as --only; default the stride-1 3x3 ones), 1 thread
+    (the calling thread's CPU time): the blocked kernel's tile variants (`variants`: comma-separated
+    "code:MRxNR[:order:OCB:PB:KC]", code "slp" or "vec" for this machine's vec<lanes>, run-time
+    knobs the default config's unless given; default slp 6x16, vec 6x16, vec 4x24) vs onnxruntime, in `rounds` interleaved rounds, medians, ratios to the first variant;
+    and the CPU seconds each code shape takes to compile in this process (numba's typing +
+    LLVM; run with a fresh TENSORTUNE_CACHE, else they read the cache)."""
     use(Settings.from_env())
     conv = get_template("conv2d")
     backend = get_backend(None, Settings.from_env().with_(threads=1))
     vec = tile_codes()[1]
-    variants = (("slp 6x16", dict(regtile="6x16", tile_code="slp")), (f"{vec} 6x16", dict(regtile="6x16", tile_code=vec)),
-                (f"{vec} 4x24", dict(regtile="4x24", tile_code=vec)))
-    layers = [r for r in RESNET18 if r[3] == 3 and r[4] == 1]
-    compile_s = {}
+
+    def variant(spec: str):
+        code, tile, *rt = spec.split(":")
+        code = vec if code == "vec" else code
+        knobs = dict(zip(("order", "OCB", "PB", "KC"), rt))
+        knobs.update({k: int(v) for k, v in knobs.items() if k != "order"})
+        return (f"{code} {tile}" + (f" {'/'.join(rt)}" if rt else ""),
+                dict(algo="blocked", vec="oc", regtile=tile, tile_code=code, **knobs))
+
+    variants = tuple(variant(v) for v in (variants or "slp:6x16,vec:6x16,vec:4x24").split(","))
+    label = lambda r: f"{r[0]}->{r[2]} {r[3]}x{r[3]}/{r[4]} @{r[1]}"   # noqa: E731
+    layers = [r for r in RESNET18 if any(o in label(r) for o in only.split(","))] if only else \
+        [r for r in RESNET18 if r[3] == 3 and r[4] == 1]
+    compile_s = {}   # (variant, code shape) -> CPU s of its first build
+    first = variants[0][0]
     lines = ["| layer | " + " | ".join(f"{n} ms" for n, _ in variants) + " | ORT ms | "
-             + " | ".join(f"{n} vs ORT" for n, _ in variants) + " | " + " | ".join(f"{n} / slp" for n, _ in variants[1:]) + " |",
-             "| --- |" + " ---: |" * (3 * len(variants))]
+             + " | ".join(f"{n} vs ORT" for n, _ in variants) + " | " + " | ".join(f"{n} / {first}" for n, _ in variants[1:])
+             + " |", "| --- |" + " ---: |" * (3 * len(variants))]
     for c, h, oc, k, s, p in layers:
         wl = conv_wl(1, c, h, h, oc, k=k, s=s, p=p, epi=("relu",))
         arrays = wl.random_inputs(0)
@@ -316,11 +334,10 @@ def tile_code_before_after(out: Path, rounds: int):
         runs = {}
         for name, code in variants:
             cfg = conv.space(wl).validate({**conv.default_config(wl).to_json(), "parallel": False, **code})
-            assert cfg["algo"] == "blocked"
             t0 = time.process_time()
             runs[name] = compile_kernel(conv, wl, cfg).bind([None, arrays[1], arrays[2]], backend)
             runs[name](arrays, y)
-            compile_s.setdefault(name, time.process_time() - t0)   # the first layer compiles; the rest share its code
+            compile_s.setdefault((name, k, s), time.process_time() - t0)   # layers of one geometry share code
             np.testing.assert_allclose(y, wl.reference(arrays), rtol=1e-3, atol=1e-3)
         sess = ort_session(c, h, oc, k, s, p, 1, arrays[1], arrays[2], 1)
         fns = {**{n: (lambda r=runs[n]: r(arrays, y)) for n, _ in variants}, "ort": lambda: sess.run(None, {"x": arrays[0]})}
@@ -330,13 +347,13 @@ def tile_code_before_after(out: Path, rounds: int):
                 times[name] += timeit(fn, repeat=3, clock=time.thread_time)
         med = {name: statistics.median(v) for name, v in times.items()}
         names = [n for n, _ in variants]
-        lines.append(f"| {c}->{oc} {k}x{k}/{s} @{h} | " + " | ".join(f"{med[n] * 1e3:.3f}" for n in names)
+        lines.append(f"| {label((c, h, oc, k, s, p))} | " + " | ".join(f"{med[n] * 1e3:.3f}" for n in names)
                      + f" | {med['ort'] * 1e3:.3f} | " + " | ".join(f"{med['ort'] / med[n]:.2f}x" for n in names)
                      + " | " + " | ".join(f"{med[names[0]] / med[n]:.2f}x" for n in names[1:]) + " |")
         print(lines[-1], flush=True)
     lines.append("")
-    lines.append("compile CPU s per code shape (first build, in-process): "
-                 + ", ".join(f"{n} {t:.1f}" for n, t in compile_s.items()))
+    lines.append("compile CPU s per code shape (first build, in-process; per variant, each kernel geometry): " + "; ".join(
+        f"{n} " + ", ".join(f"{k}x{k}/{s} {t:.1f}" for (v, k, s), t in compile_s.items() if v == n) for n, _ in variants))
     print(lines[-1], flush=True)
     out.write_text("\n".join(lines) + "\n")
 

@@ -29,7 +29,12 @@ GEOMETRIES = [
 
 
 def config(wl, **code):
-    return CONV.space(wl).validate({**CONV.default_config(wl).to_json(), **code})
+    """The default config with `code` over it; another algorithm than the default's blocked one
+    gets the knobs that only the blocked tile has at their plain values."""
+    base = CONV.default_config(wl).to_json()
+    if code.get("algo", base["algo"]) != "blocked" and "tile_code" in base:
+        base.update(tile_code="slp", KC=0)
+    return CONV.space(wl).validate({**base, **code})
 
 
 def depthwise_wl(n, c, h, w, mult=1, **kw):
@@ -108,7 +113,7 @@ def test_random_shapes_and_configs_match_numpy(compiled, data, geo, n, cg, group
     wl = conv_wl(n, cg * g, h, w, ocg * g, g=g, epi=epi, bias=data.draw(st.booleans()), **kwargs)
     assert CONV.matches(wl)
     space = CONV.space(wl)
-    runtime = {k.name: data.draw(st.sampled_from(k.options)) for k in space.knobs if not k.code_shape}
+    runtime = {k.name: data.draw(st.sampled_from(k.options)) for k in space.knobs if not k.code_shape and k.name != "KC"}
     depthwise = cg == 1 and g > 1   # also groups="2" with one channel per group
     assert ("depthwise" in space.knobs[0].options) == depthwise
     code = data.draw(st.sampled_from(dw_shapes if depthwise else shapes))
@@ -128,22 +133,33 @@ def test_blocked_layout_pads_channel_blocks_and_groups(compiled):
     check(CONV, wl, cfg)
 
 
-@pytest.mark.parametrize("geo, cin, cout, groups, tile", [
-    (dict(k=3, s=1, p=1), 13, 21, 1, "6x16"),          # one call per kernel row (dilation == stride), partial blocks
-    (dict(k=3, s=2, p=1), 20, 38, 2, "6x16"),          # one call per tap, 10 channels a group
-    (dict(k=3, s=2, p=2, d=2), 9, 17, 1, "4x24"),      # dilation == stride 2: one call per kernel row
-    (dict(k=3, s=1, p=2, d=2), 16, 24, 2, "4x32"),     # dilation 2, stride 1: per tap; 4 vectors a row
+@pytest.mark.parametrize("geo, cin, cout, groups, tile, order, kc", [
+    (dict(k=3, s=1, p=1), 13, 21, 1, "6x16", "oc_px", 0),        # one run per kernel row (dilation == stride)
+    (dict(k=3, s=1, p=1), 29, 21, 1, "6x16", "px_oc", 2),        # 4 blocks in chunks of 2, the last partial
+    (dict(k=3, s=2, p=1), 20, 38, 2, "6x16", "oc_px", 1),        # stride 2: one call per phase plane, chunks of 1
+    (dict(k=3, s=2, p=2, d=2), 9, 17, 1, "4x24", "px_oc", 0),    # dilation == stride 2: one run per kernel row
+    (dict(k=3, s=1, p=2, d=2), 16, 24, 2, "4x32", "oc_px", 4),   # dilation 2, stride 1: taps a loop; 4 vectors a row
+    (dict(k=5, s=3, p=2), 17, 19, 1, "6x16", "px_oc", 1),        # stride 3: three phase planes, taps 2 + 2 + 1
 ])
-def test_blocked_vector_ir_tile_matches_numpy(geo, cin, cout, groups, tile):
-    """tile_code vec<lanes> (tile_fma calls per contiguous run of the reduction) on odd planes,
-    pads, strides, dilations, groups and channel counts that are not multiples of 8; a bias-free
-    residual + ReLU epilogue through the shared store loop."""
+def test_blocked_vector_ir_tile_matches_numpy(geo, cin, cout, groups, tile, order, kc):
+    """tile_code vec<lanes> (nest-form tile_fma calls, the reduction in chunks of KC blocks) on
+    odd planes, pads, strides, dilations, groups and channel counts that are not multiples of 8;
+    a bias-free residual + ReLU epilogue through the shared store loop."""
     wl = conv_wl(1, cin, 9, 11, cout, g=groups, epi=("res", "relu"), bias=False, **geo)
-    code = CONV.space(wl).knobs[-1].options[1]
+    code = next(k for k in CONV.space(wl).knobs if k.name == "tile_code").options[1]
     assert code.startswith("vec")
-    cfg = config(wl, algo="blocked", vec="oc", regtile=tile, tile_code=code, OCB=2, PB=2)
+    cfg = config(wl, algo="blocked", vec="oc", regtile=tile, tile_code=code, order=order, KC=kc, OCB=2, PB=2)
     assert "tile_fma(" in render(CONV.lower(wl, cfg).module)
     check(CONV, wl, cfg)
+
+
+def test_reduction_chunks_only_for_the_vector_ir_blocked_tile():
+    wl = conv_wl(1, 16, 9, 9, 16, k=3, s=1, p=1, epi=("relu",))
+    space = CONV.space(wl)
+    with pytest.raises(ConfigError, match="KC=0"):
+        space.validate({**CONV.default_config(wl).to_json(), "algo": "blocked", "tile_code": "slp", "KC": 2})
+    recorded = {k: v for k, v in CONV.default_config(wl).to_json().items() if k != "KC"}
+    assert space.validate(recorded)["KC"] == 0   # records made before the knob: the whole reduction at once
 
 
 def test_dw_blocked_pads_channel_blocks_with_a_multiplier_and_hardswish(compiled):

@@ -69,6 +69,95 @@ def test_tile_matches_numpy(backend, mr, nr, lanes):
         assert np.allclose(C, want, rtol=1e-5, atol=1e-4), (a0, ak, a_ks, b_off, b_ks, n_k, c_off, c_rs, acc)
 
 
+NEST = ("a0", "a_rs", "a_ks", "b_off", "b_ks", "n1", "sa1", "sb1", "n2", "sa2", "sb2", "n_k", "c_off", "c_rs")
+
+
+def nest_module(mr: int, nr: int, lanes: int, levels: int) -> LoopModule:
+    """tile(A, B, C, *NEST, acc): the nest form with `levels` outer loops (1 or 2) of run-time
+    counts and strides around the k run; row r of the tile reads A from a0 + r * a_rs."""
+    outer = ["(n1, sa1, sb1)", "(n2, sa2, sb2)"][:levels]
+    call = vector_tile("A", [f"a0 + {r} * a_rs" for r in range(mr)], "a_ks", "B", "b_off", "b_ks",
+                       f"({', '.join(outer)}, n_k)", "C", "c_off", "c_rs", "acc", nr, lanes)
+    params = (Param("A", "float32[::1]"), Param("B", "float32[::1]"), Param("C", "float32[::1]")) \
+        + tuple(Param(n, "int64") for n in NEST) + (Param("acc", "boolean"),)
+    return LoopModule((Function("tile", params, (call,)),), doc=f"tile_fma nest {mr}x{nr} lanes {lanes} levels {levels}")
+
+
+def nest_expected(A, B, C, mr, nr, a0, a_rs, a_ks, b_off, b_ks, n1, sa1, sb1, n2, sa2, sb2, n_k, c_off, c_rs, acc):
+    out = C.astype(np.float64)
+    for r in range(mr):
+        total = np.zeros(nr)
+        for j1 in range(n1):
+            for j2 in range(n2):
+                for k in range(n_k):
+                    b = b_off + j1 * sb1 + j2 * sb2 + k * b_ks
+                    total += float(A[a0 + r * a_rs + j1 * sa1 + j2 * sa2 + k * a_ks]) * B[b:b + nr].astype(np.float64)
+        row = slice(c_off + r * c_rs, c_off + r * c_rs + nr)
+        out[row] = (out[row] if acc else 0.0) + total
+    return out
+
+
+@pytest.mark.parametrize("mr,nr,lanes,levels", [(6, 16, 8, 2), (4, 24, 8, 1), (1, 8, 8, 2), (3, 32, 16, 2), (5, 12, 4, 1)])
+def test_nest_form_matches_numpy(backend, mr, nr, lanes, levels):
+    """Outer loops (run-time counts, zero included, strides of either sign) around the k run,
+    stored or started from C, against a float64 sum of the same products."""
+    fn = backend.load(backend.compile(nest_module(mr, nr, lanes, levels)))["tile"]
+    rng = np.random.default_rng(mr * 1000 + nr + levels)
+    A = rng.standard_normal(4000).astype(np.float32)
+    B = rng.standard_normal(nr * 400 + 37).astype(np.float32)
+    cases = [  # a0, a_rs, a_ks, b_off, b_ks, n1, sa1, sb1, n2, sa2, sb2, n_k, c_off, c_rs, acc
+        (3, 7, 1, 5, nr, 3, 300, 30 * nr, 2, 50, 10 * nr, 9, 2, nr + 1, False),   # a conv's blocks x rows x run
+        (11, 40, 1, 0, nr, 2, 97, 17 * nr, 3, 13, 5 * nr, 5, 0, nr, True),        # started from C
+        (2000, -9, -1, nr * 200, -nr, 4, -211, -20 * nr, 1, 0, 0, 7, 3, nr, True),  # everything backwards
+        (0, 1, 1, 0, nr, 0, 5, nr, 2, 1, nr, 3, 1, nr, False),                    # no outer iteration: zeros
+        (0, 1, 1, 0, nr, 2, 5, nr, 2, 1, nr, 0, 1, nr, True),                     # no k: C unchanged
+    ]
+    for case in cases:
+        a0, a_rs, a_ks, b_off, b_ks, n1, sa1, sb1, n2, sa2, sb2, n_k, c_off, c_rs, acc = case
+        if levels == 1:
+            n2, sa2, sb2 = 1, 0, 0
+        args = (a0, a_rs, a_ks, b_off, b_ks, n1, sa1, sb1, n2, sa2, sb2, n_k, c_off, c_rs)
+        C = rng.standard_normal(c_off + mr * c_rs + 4).astype(np.float32)
+        want = nest_expected(A, B, C, mr, nr, *args, acc)
+        fn(A, B, C, *args, acc)
+        assert np.allclose(C, want, rtol=1e-5, atol=1e-4), case
+
+
+def test_nest_form_segments_run_one_after_another(backend):
+    """Innermost segments (a_offset, b_offset, count) inside an outer loop, as a strided conv's
+    phase planes: the sum over the loop of each segment's run from its own offsets."""
+    mr, nr = 3, 16
+    call = vector_tile("A", ["0", "5", "11"], "1", "B", "2", str(nr), "((n1, 40, 9 * 16), ((0, 0, 4), (20, 64, 3), (33, 112, 2)))",
+                       "C", "1", str(nr), "acc", nr, 8)
+    params = (Param("A", "float32[::1]"), Param("B", "float32[::1]"), Param("C", "float32[::1]"),
+              Param("n1", "int64"), Param("acc", "boolean"))
+    fn = backend.load(backend.compile(LoopModule((Function("tile", params, (call,)),))))["tile"]
+    rng = np.random.default_rng(7)
+    A = rng.standard_normal(300).astype(np.float32)
+    B = rng.standard_normal(2 + 4 * 9 * nr + nr).astype(np.float32)
+    for n1, acc in ((4, False), (3, True), (0, True)):
+        C = rng.standard_normal(1 + mr * nr).astype(np.float32)
+        want = C.astype(np.float64)
+        for r, a_row in enumerate((0, 5, 11)):
+            total = np.zeros(nr)
+            for j in range(n1):
+                for a_seg, b_seg, n in ((0, 0, 4), (20, 64, 3), (33, 112, 2)):
+                    for k in range(n):
+                        b = 2 + j * 9 * nr + b_seg + k * nr
+                        total += float(A[a_row + j * 40 + a_seg + k]) * B[b:b + nr].astype(np.float64)
+            row = slice(1 + r * nr, 1 + (r + 1) * nr)
+            want[row] = (want[row] if acc else 0.0) + total
+        fn(A, B, C, n1, acc)
+        assert np.allclose(C, want, rtol=1e-5, atol=1e-4), (n1, acc)
+
+
+def test_nest_form_rejects_a_malformed_nest(backend):
+    call = vector_tile("A", ["0", "1"], "1", "B", "0", "8", "((2, 1), 3)", "C", "0", "8", "False", 8, 8)
+    params = (Param("A", "float32[::1]"), Param("B", "float32[::1]"), Param("C", "float32[::1]"))
+    with pytest.raises(CompileError, match="tile_fma"):
+        backend.compile(LoopModule((Function("tile", params, (call,)),)))
+
+
 def test_tile_rejects_a_width_that_is_not_a_multiple_of_the_vector(backend):
     with pytest.raises(CompileError, match="tile_fma"):   # the message says why further down
         backend.compile(tile_module(2, 12, 8))

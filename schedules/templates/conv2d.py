@@ -54,7 +54,7 @@ from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
 from schedules.templates.conv2d_blocked import (DEFAULT_VECTOR_IR, channel_block, conv_blocked, pack_w_blocked,
-                                                pad_blocked)
+                                                pad_blocked, tap_order)
 from schedules.templates.conv2d_depthwise import DWB_TILES, conv_depthwise, pack_w_depthwise
 
 # MR x NR; NR is the vectorized axis (see `vec`). With 16 vector registers (AVX2, or AVX-512
@@ -129,6 +129,7 @@ class Conv2dTemplate(Template):
             Knob("OCB", BLOCKS, code_shape=False),
             Knob("PB", BLOCKS, code_shape=False),
             Knob("tile_code", tile_codes(target), before="slp"),   # the blocked tile's code (conv2d_blocked); others: slp
+            Knob("KC", (0,) + BLOCKS, code_shape=False, before=0),   # the vector-IR blocked tile's reduction chunk
         ], constraint=_blocked_vectors_along_channels)
 
     def default_config(self, wl: Workload, target=None) -> Config:
@@ -162,10 +163,13 @@ class Conv2dTemplate(Template):
                                             "order": "px_oc", "OCB": 4})
         if not one and cg >= 16:
             # many input channels: 8-channel blocks, 12 accumulators along the output channels;
-            # pixel tiles cross rows, so tiny maps (7x7, 14x14) fill them too. Per work item 4
-            # pixel tiles x 4 channel tiles, pixels outside (an input tile reused by 4 weight panels)
-            return self.space(wl, target).validate({**base, "algo": "blocked", "vec": "oc", "regtile": "6x16",
-                                                    "order": "px_oc", "OCB": 4, "PB": 4,
+            # pixel tiles cross rows, so tiny maps (7x7, 14x14) fill them too. The vector-IR tile
+            # (one call per tile, the accumulators in registers over the whole reduction): per
+            # work item one weight panel x 16 pixel tiles (the panel reused from L1/L2); the SLP
+            # tile: 4 pixel tiles x 4 panels, pixels outside (experiments/bench_conv.md)
+            blocks = {"order": "oc_px", "OCB": 1, "PB": 16} if DEFAULT_VECTOR_IR else \
+                {"order": "px_oc", "OCB": 4, "PB": 4}
+            return self.space(wl, target).validate({**base, "algo": "blocked", "vec": "oc", "regtile": "6x16", **blocks,
                                                     "tile_code": tile_codes(target)[1 if DEFAULT_VECTOR_IR else 0]})
         # stems (few channels) read rows directly; 1x1 convs, strided convs and tiny maps as
         # GEMMs over the packed plane. 4x16 / 6x16 keep the accumulators in 16 vector registers
@@ -289,7 +293,7 @@ class Conv2dTemplate(Template):
         ncb, n_oct = -(-Cg // cb), -(-OCg // nr)
         n_pt = -(-(OH * OW) // mr)
         n_ob, n_pb = -(-n_oct // cfg["OCB"]), -(-n_pt // cfg["PB"])
-        module = LoopModule((pack_w_blocked(nr, cb, KH, KW), pad_blocked(geo["SW"], cb),
+        module = LoopModule((pack_w_blocked(nr, cb, KH, KW, tap_order(geo) if lanes else None), pad_blocked(geo["SW"], cb),
                              conv_blocked(mr, nr, cfg["order"], geo, epi, cb, lanes)),
                             doc=f"conv2d kernel: blocked (NCHW{cb}c) regtile={mr}x{nr} order={cfg['order']} "
                             + (f"tile_code={cfg['tile_code']} " if lanes else "") +
@@ -308,7 +312,8 @@ class Conv2dTemplate(Template):
                            *(Scalar(v) for v in (N, C, G, H, W, hp, wq, geo["PT"], geo["PL"]))),
                    items=N * G * ncb, parallel=par)
         conv = Call("conv", (Work("Xc"), pack_w.args[1], bias, *extras, Out((N, OC, OH * OW)),
-                             *(Scalar(v) for v in (N, OC, G, OH, OW, wq, cfg["OCB"], cfg["PB"]))),
+                             *(Scalar(v) for v in (N, OC, G, OH, OW, wq, cfg["OCB"], cfg["PB"])),
+                             *((Scalar(cfg.get("KC", 0)),) if lanes else ())),
                     items=N * G * n_ob * n_pb, parallel=par)
         steps, work = (pad, conv), (xc,)
         if not w_const:
@@ -383,6 +388,8 @@ def _blocked_vectors_along_channels(values: dict) -> str | None:
         return "the blocked algorithm vectorizes along output channels only (vec='oc')"
     if values.get("algo") != "blocked" and values.get("tile_code", "slp") != "slp":
         return "only the blocked algorithm has a vector-IR tile (tile_code='slp' for the others)"
+    if values.get("KC", 0) and (values.get("algo") != "blocked" or values.get("tile_code", "slp") == "slp"):
+        return "only the blocked algorithm's vector-IR tile splits its reduction (KC=0 for the others)"
     return None
 
 

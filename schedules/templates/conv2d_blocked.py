@@ -13,11 +13,12 @@ offset, so each pixel gets one base offset per tile, and tiny maps (7x7, 14x14) 
 lanes on the row's end. Pixels past the plane read the last pixel's window and are not stored.
 
 The tile is written either as unrolled scalar locals that LLVM's SLP pass vectorizes
-(`tile_code` "slp", `register_tile`) or as calls of the vector-IR tile
-(`codegen.vector_tile.tile_fma`, "vec<lanes>"): one call per contiguous run of the reduction
-(the CB channels of one tap, or a whole kernel row of taps where the phase-split plane makes
-a row's taps adjacent: dilation == stride), the first call storing into the scratch tile
-`ct`, the others adding to it; the store loop is the same for both.
+(`tile_code` "slp", `register_tile`) or as a nest-form call of the vector-IR tile
+(`codegen.vector_tile.tile_fma`, "vec<lanes>", the default): one call per tile covers the
+whole reduction (channel blocks x kernel rows around a contiguous run of taps x channels,
+or one run per phase plane for strided convs), the accumulators in registers throughout, in chunks of KC channel blocks (run-time) so that a chunk's
+weights or inputs stay in L1 across the work item's tiles; the tiles then go through the
+scratch `ct` and the same store loop.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from schedules.loopnest import Alloc, Assign, For, Function, If, Param, unflatte
 from schedules.microkernel import F0, register_tile, vector_tile
 
 MAX_CB = 8   # channels per block: the innermost loop's length
-DEFAULT_VECTOR_IR = False   # the untuned tile_code of blocked convs: "vec<lanes>" (True) or "slp"
+DEFAULT_VECTOR_IR = True   # the untuned tile_code of blocked convs: "vec<lanes>" (True) or "slp"
 
 
 def channel_block(cg: int) -> int:
@@ -36,11 +37,31 @@ def channel_block(cg: int) -> int:
     return MAX_CB
 
 
-def pack_w_blocked(nr: int, cb: int, kh: int, kw: int) -> Function:
-    """W[OC, Cg * KH * KW] into Wp[g, oc_tile, k, 0:NR], k = ((cbk * KH + kh) * KW + kw) * CB + ci
-    for input channel cbk * CB + ci; zeros past the group's channels (both kinds); thread t of
-    T packs panels t, t+T, ..."""
+def phase_taps(geo: dict) -> dict:
+    """The kernel row's taps by the phase plane they read, {phase: [kw, ...]}: with stride S and
+    dilation D, tap kw reads plane (kw * D) % S at column (kw * D) // S; a plane's taps step
+    by a constant kw (and column) distance."""
+    phases = {}
+    for kw in range(geo["KW"]):
+        phases.setdefault((kw * geo["DW"]) % geo["SW"], []).append(kw)
+    return phases
+
+
+def tap_order(geo: dict) -> tuple:
+    """The order of a kernel row's taps in the vector-IR tile's packed weights: by phase plane
+    (stride 2, dilation 1: 0, 2, 1), so that a plane's taps, neighbouring columns of the plane,
+    are one contiguous run of weights as of inputs; the identity where dilation == stride or
+    a multiple of it (one plane)."""
+    return tuple(kw for kws in phase_taps(geo).values() for kw in kws)
+
+
+def pack_w_blocked(nr: int, cb: int, kh: int, kw: int, order: tuple | None = None) -> Function:
+    """W[OC, Cg * KH * KW] into Wp[g, oc_tile, k, 0:NR], k = ((cbk * KH + kh) * KW + j) * CB + ci
+    for input channel cbk * CB + ci and tap kw = order[j] (default the identity); zeros past
+    the group's channels (both kinds); thread t of T packs panels t, t+T, ..."""
     taps = kh * kw
+    tap = "tap" if order is None or tuple(order) == tuple(range(kw)) else \
+        f"(tap // {kw}) * {kw} + ({', '.join(map(str, order))},)[tap % {kw}]"
     body = (
         Assign("n_oct", f"(OCg + {nr - 1}) // {nr}"), Assign("KB", f"NCB * {taps * cb}"),
         For("it", "t", "G * n_oct", step="T", body=(
@@ -50,7 +71,7 @@ def pack_w_blocked(nr: int, cb: int, kh: int, kw: int) -> Function:
                 Assign("c", f"cbk * {cb} + ci"),
                 For("q", "0", str(nr), (
                     Assign("oc", f"oct * {nr} + q"),
-                    If("oc < OCg and c < Cg", (Assign("Wp[g, oct, k, q]", f"W[g * OCg + oc, c * {taps} + tap]"),),
+                    If("oc < OCg and c < Cg", (Assign("Wp[g, oct, k, q]", f"W[g * OCg + oc, c * {taps} + {tap}]"),),
                        (Assign("Wp[g, oct, k, q]", F0),)),
                 )),
             )),
@@ -102,45 +123,110 @@ def pad_blocked(s: int, cb: int) -> Function:
     return Function("pad", params, body)
 
 
-def buffered_store(epi: Epilogue, channels: str, oc: str, row: str, pixels: str, pixel: str) -> tuple:
-    """Store a tile held in `ct[pixel r, channel q]` with bias and epilogue: for q < `channels`,
+def buffered_store(epi: Epilogue, channels: str, oc: str, row: str, pixels: str, pixel: str,
+                   tile: str = "ct[r, q]") -> tuple:
+    """Store a tile held in memory (`tile`: pixel r, channel q's element) with bias and epilogue: for q < `channels`,
     output channel `oc` gets `pixels` contiguous outputs through the view `row` (a view from the
     tile's first pixel: no negative-index tests); `pixel` is r's flat index in the plane."""
     assigns, result = epi.emit("v", "n * OC + oc", pixel, "e", c="oc")
     return (For("q", "0", channels, (
         Assign("oc", oc), Assign("bo", "bias[oc]"), Assign("orow", row),
         For("r", "0", pixels, (
-            Assign("v", "ct[r, q] + bo"),
+            Assign("v", f"{tile} + bo"),
         ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[r]", result),)),
     )),)
 
 
-def vector_tile_runs(mr: int, nr: int, geo: dict, cb: int, lanes: int) -> tuple:
-    """The tile as `tile_fma` calls into `ct` (int64 pixel offsets `o{r}`, see `conv_blocked`):
-    per (block, kernel row), one call over the row's KW * CB contiguous (tap, channel) pairs
-    where dilation == stride (the taps' columns are then neighbouring columns of one phase
-    plane, and the packed weights run over (kw, ci) in the same order), else one per tap
-    over its CB channels. The first call stores the tile, the others add to it."""
+def vector_tile_runs(mr: int, nr: int, geo: dict, cb: int, lanes: int, blocks: str, first: str, tile: str) -> tuple:
+    """The tile as one nest-form `tile_fma` call into `ct` at element `tile`: the whole array
+    `Xc` from element `xg + o{r}` (pixel r's window in the chunk's first block) and `Wp` from
+    `wg` (the chunk's panel), the accumulators in registers over `blocks` channel blocks (one
+    block plane `PLN` apart in Xc) x the kernel rows around the row's taps. Where dilation ==
+    stride a kernel row's KW * CB (tap, channel) pairs are one contiguous run (the taps'
+    columns are neighbouring columns of one phase plane, and the packed weights run over
+    (kw, ci) in the same order); where the dilation is a multiple of the stride the taps are a
+    loop of their own; else (stride 2, dilation 1: the taps alternate phase planes) the row is
+    one segment per phase plane (its taps, neighbouring columns there, are consecutive in the
+    packed weights: `tap_order`), or one per tap. The call starts from the tile where `first`
+    is true (a later chunk of the reduction), else stores it."""
     g, s = geo, geo["SW"]
-    whole_row = g["DW"] == s
-    n_k = g["KW"] * cb if whole_row else cb
-    call = vector_tile("xb", [f"o{r} + xo" for r in range(mr)], "1", "Wk", f"kb * {nr}", str(nr), str(n_k),
-                       "ct", "0", str(nr), "first == 0", nr, lanes)
-    run = (
-        Assign("xo", f"((kh * {g['DH'] * s} + (kw * {g['DW']}) % {s}) * WQ + (kw * {g['DW']}) // {s}) * {cb}"),
-        Assign("kb", f"((cbk * {g['KH']} + kh) * {g['KW']} + kw) * {cb}"),
-        call, Assign("first", "0"))
-    inner = (Assign("kw", "0"),) + run if whole_row else (For("kw", "0", str(g["KW"]), run),)
-    return (Assign("first", "1"), For("cbk", "0", "NCB", (
-        Assign("xb", "Xc[n, g * NCB + cbk]"),
-        For("kh", "0", str(g["KH"]), inner),
-    )))
+    taps_b = g["KW"] * cb * nr                       # packed weights of one kernel row
+    outer = f"({blocks}, PLN, {g['KH'] * taps_b}), ({g['KH']}, {g['DH'] * s * cb} * WQ, {taps_b})"
+    if g["DW"] == s:
+        nest = f"({outer}, {g['KW'] * cb})"
+    elif g["DW"] % s == 0:
+        nest = f"({outer}, ({g['KW']}, {g['DW'] // s * cb}, {cb * nr}), {cb})"
+    else:
+        segments, j = [], 0
+        for ph, kws in phase_taps(geo).items():
+            col, step = (kws[0] * g["DW"]) // s, (kws[1] - kws[0]) * g["DW"] // s if len(kws) > 1 else 1
+            runs = [(col, len(kws))] if step == 1 else [(col + i * step, 1) for i in range(len(kws))]
+            for c, n in runs:
+                xo = f"{ph * cb} * WQ + {c * cb}" if ph else str(c * cb)
+                segments.append(f"({xo}, {j * cb * nr}, {n * cb})")
+                j += n
+        nest = f"({outer}, ({', '.join(segments)},))"
+    call = vector_tile("Xc", [f"o{r} + xg" for r in range(mr)], "1", "Wp", "wg", str(nr), nest, "ct", tile, str(nr),
+                       first, nr, lanes)
+    return (call,)
+
+
+def conv_blocked_vector(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int, lanes: int) -> Function:
+    """The kernel with the vector-IR tile (`vector_tile_runs`): work items as `conv_blocked`'s;
+    per tile of the outer loop (an OC tile for "oc_px", a pixel tile for "px_oc") the reduction
+    runs in chunks of KC channel blocks (run-time; KC <= 0: all at once), each chunk over all
+    tiles of the inner loop, so the chunk's weights (oc_px) or input (px_oc) stay in L1 across
+    them; the inner loop's tiles accumulate in `ct[i]`, stored (bias, epilogue) after the last
+    chunk."""
+    g = geo
+    oc_loop = ("oct", "ob * OCB", "min(n_oct, ob * OCB + OCB)")
+    px_loop = ("pt", "pb * PB", "min(n_pt, pb * PB + PB)")
+    outer, inner = (oc_loop, px_loop) if order == "oc_px" else (px_loop, oc_loop)
+    index = "pt - pb * PB" if order == "oc_px" else "oct - ob * OCB"
+    # pixel r's window: row and column of p0 (one division), then stepped along the plane;
+    # pixels past the plane read the last pixel's window (they are not stored)
+    at = lambda: f"(pr * {g['SH'] * g['SW']} * WQ + pc) * {cb}"   # noqa: E731
+    offsets = (Assign("p0", f"pt * {mr}"), Assign("pr", "p0 // OW"), Assign("pc", "p0 - pr * OW"), Assign("o0", at()))
+    for r in range(1, mr):
+        offsets += (Assign("pc", "pc + 1"), If("pc == OW", (Assign("pc", "0"), Assign("pr", "pr + 1"))),
+                    Assign(f"o{r}", f"{at()} if p0 + {r} < P else o{r - 1}"))
+    tiles = (
+        Assign("xg", "(n * NB + g * NCB + c0) * PLN"),
+        Assign("wg", f"((g * n_oct + oct) * KB + c0 * {g['KH'] * g['KW'] * cb}) * {nr}"),
+    ) + vector_tile_runs(mr, nr, geo, cb, lanes, "nc", "c0 > 0", f"({index}) * {mr * nr}")
+    # the offsets where the pixel tile changes: per inner tile (oc_px), else once per outer one
+    chunk = For(*inner, body=offsets + tiles) if order == "oc_px" else For(*inner, body=tiles)
+    first = () if order == "oc_px" else offsets
+    store = For(*inner, body=(Assign("p0", f"pt * {mr}"), Assign("ctile", f"ct[{index}]")) + buffered_store(
+        epi, f"min({nr}, OCg - oct * {nr})", f"g * OCg + oct * {nr} + q", "out[n, oc, p0:]", f"min({mr}, P - p0)",
+        "p0 + r", tile=f"ctile[r * {nr} + q]"))
+    body = (
+        Assign("OCg", "OC // G"), Assign("NB", "Xc.shape[1]"), Assign("NCB", "NB // G"), Assign("P", "OH * OW"),
+        Assign("PLN", "Xc.shape[2]"), Assign("KB", "Wp.shape[2]"),
+        Assign("KCB", "NCB if KC <= 0 else min(KC, NCB)"),
+        Assign("n_oct", f"(OCg + {nr - 1}) // {nr}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),
+        Assign("n_pt", f"(P + {mr - 1}) // {mr}"), Assign("n_pb", "(n_pt + PB - 1) // PB"),
+        Alloc("ct", ("PB" if order == "oc_px" else "OCB", str(mr * nr))),
+        For("it", "t", "N * G * n_ob * n_pb", step="T", body=(
+            *unflatten("it", (("pb", "n_pb"), ("ob", "n_ob"), ("g", "G")), "n"),
+            For(*outer, body=first + (
+                For("c0", "0", "NCB", step="KCB", body=(Assign("nc", "min(KCB, NCB - c0)"), chunk)),
+                store,
+            )),
+        )),
+    )
+    params = (Param("Xc", "float32[:, :, ::1]"), Param("Wp", "float32[:, :, :, ::1]"), Param("bias", "float32[::1]")) \
+        + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, :, ::1]"),) + tuple(
+        Param(n, "int64") for n in ("N", "OC", "G", "OH", "OW", "WQ", "OCB", "PB", "KC", "t", "T"))
+    return Function("conv", params, body)
 
 
 def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int, lanes: int | None = None) -> Function:
     """The kernel: work items t, t+T, ... of (n, g, OC block of OCB tiles, pixel block of PB
     tiles); per tile, MR pixel offsets, then the register tile over (cb, kh, kw, ci): SLP
-    scalar locals (`lanes` None) or `tile_fma` calls of that many lanes (`vector_tile_runs`)."""
+    scalar locals (`lanes` None) or, with `lanes`, `conv_blocked_vector`'s kernel."""
+    if lanes is not None:
+        return conv_blocked_vector(mr, nr, order, geo, epi, cb, lanes)
     g, s = geo, geo["SW"]
 
     def k_loops(body):
@@ -155,9 +241,8 @@ def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int
             )),
         )),)
 
-    # uint64 offsets for the scalar tile (no wraparound selects); int64 for tile_fma's
-    # arguments (uint64 + int64 is a float in numba)
-    cast = "np.uint64" if lanes is None else ""
+    # uint64 offsets for the scalar tile (no wraparound selects)
+    cast = "np.uint64"
     offsets = tuple(
         s_ for r in range(mr) for s_ in (
             Assign(f"pp{r}", f"min(p0 + {r}, P - 1)"),
@@ -168,13 +253,10 @@ def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int
     store = buffered_store(epi, f"min({nr}, OCg - oct * {nr})", f"g * OCg + oct * {nr} + q",
                            "out[n, oc, p0:]", f"min({mr}, P - p0)", "p0 + r")
     head = (Assign("p0", f"pt * {mr}"), Assign("Wk", "Wp[g, oct]")) + offsets
-    if lanes is None:
-        tile = head + register_tile(
-            mr, nr, lambda r: f"xb[o{r} + xi]", lambda q: f"Wk[k, {q}]", k_loops, (),
-            comment=f"{mr}x{nr} register tile (pixels x output channels) over {cb}-channel blocks, "
-                    f"SLP-vectorized along channels")[:-1] + store   # [:-1]: its per-row store loop (empty here)
-    else:
-        tile = head + vector_tile_runs(mr, nr, geo, cb, lanes) + store
+    tile = head + register_tile(
+        mr, nr, lambda r: f"xb[o{r} + xi]", lambda q: f"Wk[k, {q}]", k_loops, (),
+        comment=f"{mr}x{nr} register tile (pixels x output channels) over {cb}-channel blocks, "
+                f"SLP-vectorized along channels")[:-1] + store   # [:-1]: its per-row store loop (empty here)
     oc_loop = ("oct", "ob * OCB", "min(n_oct, ob * OCB + OCB)")
     px_loop = ("pt", "pb * PB", "min(n_pt, pb * PB + PB)")
     outer, inner = (oc_loop, px_loop) if order == "oc_px" else (px_loop, oc_loop)

@@ -22,11 +22,12 @@ Algorithms (`algo`):
   blocks by the pad step and a pixels x channels tile over the flattened plane with the
   block's channels innermost (`conv2d_blocked`); the default for spatial convs of many
   channels;
-- `dw_blocked` (only for convs with one input channel per group, the default there): a
-  pixels x 8 channels tile over the input regrouped into 8-channel blocks, vectors along the
-  channels (`conv2d_depthwise`);
-- `depthwise` (the same convs): a rows x pixels tile per output channel, vectors along the
-  pixels, weights as scalars.
+- `dw_blocked` (only for convs with one input channel per group, the default for strided
+  ones and small maps): a pixels x 8 channels tile over the input regrouped into 8-channel
+  blocks, vectors along the channels (`conv2d_depthwise`);
+- `depthwise` (the same convs, the default for stride 1 with rows of >= 12 pixels): NCHW as it
+  is, a rows x pixels tile per output channel, vectors along the pixels of a row, weights as
+  scalars (`conv2d_depthwise.conv_depthwise_rows`).
 
 Strided convs read a *phase-split* copy of the input: the pad step writes
 `Xp[n, c, ih, phase, j]` = x[n, c, ih - PT, j * SW + phase - PL], so the pixels one

@@ -1,5 +1,6 @@
-"""Conv2d's `dw_blocked` algorithm: a depthwise conv vectorized along channels (NCHWc, as
-onnxruntime's and TVM's x86 depthwise kernels).
+"""Conv2d's depthwise kernels: `dw_blocked`, vectorized along channels (NCHWc, as
+onnxruntime's and TVM's x86 depthwise kernels), and `depthwise` (`conv_depthwise_rows`, at the
+end), vectorized along the pixels of a row of the NCHW planes as they are.
 
 The `depthwise` algorithm vectorizes along the pixels of one channel plane, so small maps
 (7x7, 14x14) and strides waste most lanes. Here the kernel regroups the input into blocks of

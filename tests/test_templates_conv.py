@@ -178,6 +178,7 @@ def test_depthwise_rows_reads_nchw_with_edges_strides_and_small_planes(compiled)
         (depthwise_wl(1, 4, 13, 14, k=3, s=3, p=1, epi=("relu",)), "4x8"),
         (depthwise_wl(1, 6, 9, 26, k=5, s=1, p=2, epi=("res", "relu")), "4x8"),
         (depthwise_wl(1, 7, 3, 5, k=3, s=1, p=1, epi=("relu",)), "4x16"),
+        (depthwise_wl(1, 2, 4, 1, k=3, s=3, p=1, epi=("relu",)), "4x8"),   # a row narrower than the first phase-0 column
     ]
     cfgs = [(wl, config(wl, algo="depthwise", regtile=t, PB=1, parallel=True)) for wl, t in cases]
     precompile("conv2d", cfgs)

@@ -173,7 +173,7 @@ def pad_plane_flat(geo: dict) -> tuple:
             Assign("us", "np.uint64((ic * H + h) * W + c0)"),
             Assign("ud", f"np.uint64((h + PT) * {s} * WQ + jb)"),
             For("k", "0", "kn", (Assign("uk", "np.uint64(k)"),) + group),
-            *((For("c", "0", "c0", one),) if s > 1 else ()),
+            *((For("c", "0", "min(c0, W)", one),) if s > 1 else ()),
             For("c", f"c0 + kn * {s}", "W", one),
         )),
     )

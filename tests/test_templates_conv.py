@@ -183,6 +183,35 @@ def test_dw_blocked_stride_one_matches_numpy(compiled):
     check(CONV, wl, config(wl, algo="dw_blocked", regtile="8x8", PB=2, parallel=True))
 
 
+def test_depthwise_rows_reads_nchw_with_edges_strides_and_small_planes(compiled):
+    """The `depthwise` kernel (NCHW, vectors along a row): one step, no workspace; stride 2 and
+    3 with odd pads (the phase split copy starts at the first column of phase 0), a 5x5 window,
+    a channel multiplier, planes smaller than the tile (stored through `ct`), and a residual
+    (no tile moved back over its neighbour then) against NumPy."""
+    cases = [
+        (depthwise_wl(1, 5, 11, 13, mult=2, k=3, s=2, p=1, epi=("relu",)), "4x8"),
+        (depthwise_wl(1, 3, 10, 17, k=5, s=2, p=2, epi=("res", "relu")), "2x16"),
+        (depthwise_wl(1, 4, 13, 14, k=3, s=3, p=1, epi=("relu",)), "4x8"),
+        (depthwise_wl(1, 6, 9, 26, k=5, s=1, p=2, epi=("res", "relu")), "4x8"),
+        (depthwise_wl(1, 7, 3, 5, k=3, s=1, p=1, epi=("relu",)), "4x16"),
+        (depthwise_wl(1, 2, 4, 1, k=3, s=3, p=1, epi=("relu",)), "4x8"),   # a row narrower than the first phase-0 column
+    ]
+    cfgs = [(wl, config(wl, algo="depthwise", regtile=t, PB=1, parallel=True)) for wl, t in cases]
+    precompile("conv2d", cfgs)
+    for wl, cfg in cfgs:
+        launch = CONV.lower(wl, cfg).launch
+        assert [s.function for s in launch.steps] == ["conv"] and not launch.workspaces, "the kernel pads each plane"
+        check(CONV, wl, cfg)
+
+
+def test_depthwise_default_reads_nchw_on_wide_stride_one_maps():
+    """Stride 1 with rows of >= 12 pixels: the NCHW `depthwise` kernel; strided convs and small
+    maps: channel blocks (`dw_blocked`)."""
+    assert CONV.default_config(depthwise_wl(1, 144, 24, 24))["algo"] == "depthwise"
+    assert CONV.default_config(depthwise_wl(1, 96, 48, 48, s=2))["algo"] == "dw_blocked"
+    assert CONV.default_config(depthwise_wl(1, 960, 7, 7))["algo"] == "dw_blocked"
+
+
 
 def test_pointwise_direct_px_is_a_gemm_stored_from_registers():
     """1x1 stride-1 convs with vectors along the pixels (`_gemm_1x1`): one kernel reading the

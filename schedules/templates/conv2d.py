@@ -22,11 +22,12 @@ Algorithms (`algo`):
   blocks by the pad step and a pixels x channels tile over the flattened plane with the
   block's channels innermost (`conv2d_blocked`); the default for spatial convs of many
   channels;
-- `dw_blocked` (only for convs with one input channel per group, the default there): a
-  pixels x 8 channels tile over the input regrouped into 8-channel blocks, vectors along the
-  channels (`conv2d_depthwise`);
-- `depthwise` (the same convs): a rows x pixels tile per output channel, vectors along the
-  pixels, weights as scalars.
+- `dw_blocked` (only for convs with one input channel per group, the default for strided
+  ones and small maps): a pixels x 8 channels tile over the input regrouped into 8-channel
+  blocks, vectors along the channels (`conv2d_depthwise`);
+- `depthwise` (the same convs, the default for stride 1 with rows of >= 12 pixels): NCHW as it
+  is, a rows x pixels tile per output channel, vectors along the pixels of a row, weights as
+  scalars (`conv2d_depthwise.conv_depthwise_rows`).
 
 Strided convs read a *phase-split* copy of the input: the pad step writes
 `Xp[n, c, ih, phase, j]` = x[n, c, ih - PT, j * SW + phase - PL], so the pixels one
@@ -55,7 +56,7 @@ from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
 from schedules.templates.conv2d_blocked import (DEFAULT_VECTOR_IR, channel_block, conv_blocked, pack_w_blocked,
                                                 pad_blocked, tap_order)
-from schedules.templates.conv2d_depthwise import DWB_TILES, conv_depthwise, pack_w_depthwise
+from schedules.templates.conv2d_depthwise import DWB_TILES, conv_depthwise, conv_depthwise_rows, pack_w_depthwise
 
 # MR x NR; NR is the vectorized axis (see `vec`). With 16 vector registers (AVX2, or AVX-512
 # with LLVM's prefer-256-bit) 4x16, 6x16 and 4x24 keep 8-12 accumulators in registers; 8x16 and
@@ -141,11 +142,18 @@ class Conv2dTemplate(Template):
         oh = int(wl.output_shape[2])
         par = wl.flops() >= THREAD_WAKE_FLOPS
         if _is_depthwise(wl):
-            # vectors along 8-channel blocks beat vectors along a plane's pixels on all 14
-            # MobileNetV2/V3 depthwise layers (1.0-3.1x, experiments/bench_conv.md); 8 pixels a
-            # tile where a row holds 8 (its last tile overlaps), else 4
-            # (the last tile overlaps), else 4. Bands of 16 output rows: the kernel regroups a
-            # band's input rows (plus the window's halo) into a buffer that stays in cache
+            if _geometry(wl)["SW"] == 1 and ow >= 12:
+                # stride 1, rows of >= 12 pixels: NCHW as it is, vectors along a row (no regroup
+                # into channel blocks; the plane's copy into a zero-bordered buffer is a row
+                # copy): 1.25-1.6x faster than dw_blocked on MobileNetV2's 48, 24 and 12 pixel
+                # rows, even on 16x16 and 8x8 5x5 (experiments/profile_untuned.md, 2026-12-02)
+                return self.space(wl).validate({"algo": "depthwise", "regtile": "4x8", "parallel": par, "PB": 1})
+            # else vectors along 8-channel blocks: strided convs (a phase split copy of the
+            # plane costs as much as the regroup) and tiny maps (7x7 and less waste most of a
+            # row's vector), 1.0-3.1x faster than vectors along a plane's pixels there
+            # (experiments/bench_conv.md); 8 pixels a tile where a row holds 8 (its last tile
+            # overlaps), else 4. Bands of 16 output rows: the kernel regroups a band's input rows
+            # (plus the window's halo) into a buffer that stays in cache
             tile = "8x8" if ow >= 8 else "4x8"
             return self.space(wl).validate({"algo": "dw_blocked", "regtile": tile, "parallel": par, "PB": 16})
         geo = _geometry(wl)
@@ -322,20 +330,23 @@ class Conv2dTemplate(Template):
                                       workspaces=work, tables=tables))
 
     def _lower_depthwise(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
+        """Depthwise on NCHW as it is (`conv2d_depthwise.conv_depthwise_rows`): one kernel that
+        pads each plane into a thread-local buffer, vectors along the pixels of a row."""
         mr, nr = _tile_dims(cfg["regtile"])
         N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
         OC = int(wl.inputs[1]["shape"][0])
         OH, OW = (int(d) for d in wl.output_shape[2:])
         KH, KW = geo["KH"], geo["KW"]
-        module = LoopModule((_depthwise(mr, nr, geo, epi),),
+        module = LoopModule((conv_depthwise_rows(mr, nr, geo, epi),),
                             doc=f"conv2d kernel: depthwise regtile={mr}x{nr} kernel={KH}x{KW} "
                             f"stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
                             f"epilogue {[st[0]['op'] for st in epi.steps]}",
                             meta={"template": f"conv2d v{self.version}"})
         bias, tables = _bias(wl, OC)
         extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
-        hp, wq = _padded_size(geo, -(-OH // mr) * mr, -(-OW // nr) * nr)
-        step = Call("conv", (In(0, (N, C, H, W), "float32"), In(1, (OC, KH * KW), "float32"), bias, *extras, Out(),
+        hp, wq = _padded_size(geo, max(OH, mr), max(OW, nr))   # tiles end inside a plane of at least MR x NR
+        step = Call("conv", (In(0, (N, C * H * W), "float32"), In(1, (OC, KH * KW), "float32"), bias, *extras,
+                             Out((N, OC * OH * OW)),
                              *(Scalar(v) for v in (N, C, OC, H, W, OH, OW, hp, wq, geo["PT"], geo["PL"]))),
                     items=N * C, parallel=cfg["parallel"])
         return Lowered(module, Launch((step,), tables=tables))
@@ -706,60 +717,6 @@ def _gemm(mr: int, nr: int, vec: str, order: str, epi: Epilogue) -> Function:
     params = _params(epi, (Param("Ap", "float32[:, :, ::1]"),), "float32[:, :, ::1]") + tuple(
         Param(n, "int64") for n in ("n", "g", "C", "OC", "G", "OH", "OW", "OCB", "PB", "t", "T"))
     return Function("gemm", params, body)
-
-
-def _depthwise(mr: int, nr: int, geo: dict, epi: Epilogue) -> Function:
-    """Per input plane (a work item): pad it into a thread-local phase-split buffer (it stays
-    in cache: no separate pass over memory), then per output channel of that plane MR output
-    rows x NR pixels of scalar accumulators, SLP-vectorized along the pixels: each tap loads
-    one weight (a scalar) and MR contiguous input runs."""
-    g = geo
-    acc = [[f"c{r}_{q}" for q in range(nr)] for r in range(mr)]
-    tap = (
-        Assign("wv", f"Wd[oc, kh * {g['KW']} + kw]"),
-        Assign("ph", f"(kw * {g['DW']}) % {g['SW']}"),
-        Assign("j0", f"ow0 + (kw * {g['DW']}) // {g['SW']}"),
-    ) + tuple(Assign(f"x{r}", f"xp[(oh0 + {r}) * {g['SH']} + kh * {g['DH']}, ph]") for r in range(mr)) \
-        + tuple(Assign(f"a{r}_{q}", f"x{r}[j0 + {q}]") for r in range(mr) for q in range(nr)) \
-        + tuple(Assign(acc[r][q], f"wv * a{r}_{q}", "+") for r in range(mr) for q in range(nr))
-    assigns, result = epi.emit("v", "n * OC + oc", "oh * OW + pq", "e", c="oc")
-    store = (
-        Assign("oh", "oh0 + r"),
-        If("oh < OH", (
-            Assign("orow", "out[n, oc, oh]"),
-            For("q", "0", f"min({nr}, OW - ow0)", (
-                Assign("pq", "ow0 + q"), Assign("v", "ct[r, q] + bo"),
-            ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[pq]", result),)),
-        )),
-    )
-    tile = (
-        Assign("ow0", f"owt * {nr}"),
-        *(Assign(acc[r][q], F0) for r in range(mr) for q in range(nr)),
-        Comment(f"{mr}x{nr} depthwise tile (rows x pixels), SLP-vectorized along pixels"),
-        For("kh", "0", str(g["KH"]), (For("kw", "0", str(g["KW"]), tap),)),
-        *(Assign(f"ct[{r}, {q}]", acc[r][q]) for r in range(mr) for q in range(nr)),
-        For("r", "0", str(mr), store),
-    )
-    body = (
-        Assign("OCg", "OC // C"),
-        Assign("n_ht", f"(OH + {mr - 1}) // {mr}"), Assign("n_owt", f"(OW + {nr - 1}) // {nr}"),
-        Alloc("ct", (str(mr), str(nr))), Alloc("xp", ("HP", str(g["SW"]), "WQ")),
-        For("it", "t", "N * C", step="T", body=(
-            Assign("n", "it // C"), Assign("ic", "it % C"),
-        ) + _pad_plane(g["SW"], "xp", "X[n, ic]") + (
-            For("m", "0", "OCg", (
-                Assign("oc", "ic * OCg + m"), Assign("bo", "bias[oc]"),
-                For("ht", "0", "n_ht", (
-                    Assign("oh0", f"ht * {mr}"),
-                    For("owt", "0", "n_owt", tile),
-                )),
-            )),
-        )),
-    )
-    params = (Param("X", "float32[:, :, :, ::1]"), Param("Wd", "float32[:, ::1]"), Param("bias", "float32[::1]")) \
-        + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, :, :, ::1]"),) + tuple(
-        Param(n, "int64") for n in ("N", "C", "OC", "H", "W", "OH", "OW", "HP", "WQ", "PT", "PL", "t", "T"))
-    return Function("conv", params, body)
 
 
 register_template(Conv2dTemplate())

@@ -1,5 +1,6 @@
-"""Conv2d's `dw_blocked` algorithm: a depthwise conv vectorized along channels (NCHWc, as
-onnxruntime's and TVM's x86 depthwise kernels).
+"""Conv2d's depthwise kernels: `dw_blocked`, vectorized along channels (NCHWc, as
+onnxruntime's and TVM's x86 depthwise kernels), and `depthwise` (`conv_depthwise_rows`, at the
+end), vectorized along the pixels of a row of the NCHW planes as they are.
 
 The `depthwise` algorithm vectorizes along the pixels of one channel plane, so small maps
 (7x7, 14x14) and strides waste most lanes. Here the kernel regroups the input into blocks of
@@ -145,4 +146,108 @@ def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int) -> Function:
     params = (Param("X", "float32[:, ::1]"), Param("Wp", "float32[:, :, ::1]"), Param("bias", "float32[::1]")) \
         + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, ::1]"),) + tuple(
         Param(n, "int64") for n in ("N", "C", "M", "H", "W", "OH", "OW", "WP", "PT", "PL", "PB", "t", "T"))
+    return Function("conv", params, body)
+
+
+def pad_plane_flat(geo: dict) -> tuple:
+    """Statements copying input plane `ic` of the image's flat input `xn` ([C * H * W]) into
+    the interior of the thread-local zero-bordered, phase-split plane `xp[(ih * S + ph) * WQ +
+    j]` = x[ih - PT, j * S + ph - PL] (S: the stride along W). The border is the same for every
+    plane, so it is zeroed once per call (`zero_plane`) and a plane costs only its rows' copies
+    (the per-row zero loops took as long as the copies, measured). A row is copied in groups of
+    S consecutive input columns, one to each phase (an interleaved load group, which LLVM
+    vectorizes as loads and shuffles; a loop per phase reading every S-th column stayed scalar,
+    1.5x slower than the whole `dw_blocked` conv at stride 2, measured), from the first column
+    `c0` that lands in phase 0; the few columns before and after run one by one. Flat unsigned
+    indices, no views (each view is an NRT incref and decref)."""
+    s = geo["SW"]
+    group = tuple(Assign(f"xp[ud + np.uint64({e}) * uq + uk]", f"xn[us + uk * np.uint64({s}) + np.uint64({e})]")
+                  for e in range(s))
+    one = (Assign("pc", "c + PL"),
+           If(f"pc // {s} < WQ", (Assign(f"xp[np.uint64(((h + PT) * {s} + pc % {s}) * WQ + pc // {s})]",
+                                         "xn[np.uint64((ic * H + h) * W + c)]"),)))
+    return (
+        Assign("c0", f"({s} - PL % {s}) % {s}"), Assign("jb", f"(c0 + PL) // {s}"),
+        Assign("kn", f"max(0, min((W - c0) // {s}, WQ - jb))"), Assign("uq", "np.uint64(WQ)"),
+        For("h", "max(0, -PT)", "min(H, HP - PT)", (
+            Assign("us", "np.uint64((ic * H + h) * W + c0)"),
+            Assign("ud", f"np.uint64((h + PT) * {s} * WQ + jb)"),
+            For("k", "0", "kn", (Assign("uk", "np.uint64(k)"),) + group),
+            *((For("c", "0", "min(c0, W)", one),) if s > 1 else ()),
+            For("c", f"c0 + kn * {s}", "W", one),
+        )),
+    )
+
+
+def zero_plane(geo: dict) -> tuple:
+    """The thread-local plane `xp` all zeros, once per call: `pad_plane_flat` writes only the
+    interior, the same positions for every plane."""
+    return (For("q", "0", f"HP * {geo['SW']} * WQ", (Assign("xp[np.uint64(q)]", F0),)),)
+
+
+def conv_depthwise_rows(mr: int, nr: int, geo: dict, epi: Epilogue) -> Function:
+    """The `depthwise` kernel: NCHW as it is, vectors along the pixels of an output row (no
+    regroup into channel blocks). Work items t, t+T, ... of (n, input plane); per item the plane
+    into the thread-local zero-bordered `xp` (`pad_plane_flat`: a row copy, in cache), then per
+    channel multiplier m tiles of MR output rows x NR pixels of scalar accumulators: per tap one
+    weight (a broadcast scalar) and MR contiguous runs of NR pixels, the kh/kw loops unrolled
+    (constant trip counts, so the phase and offset of each tap fold to constants).
+
+    Stores as `conv_depthwise`: a full tile applies the epilogue to the accumulators and stores
+    per row NR contiguous pixels at flat unsigned indices; without extras (a residual input may be
+    the output buffer itself) the last tile of a row, and the last row tile, move back to end at
+    the plane's edge (recomputing a few pixels) so that planes of at least MR x NR store full
+    tiles only; smaller planes store through `ct`."""
+    g = geo
+    s = g["SW"]
+    acc = [[f"c{r}_{q}" for q in range(nr)] for r in range(mr)]
+    tap = (
+        Assign("xo", f"np.uint64((kh * {g['DH'] * s} + (kw * {g['DW']}) % {s}) * WQ + (kw * {g['DW']}) // {s})"),
+        Assign("wv", f"wk[np.uint64(kh * {g['KW']} + kw)]"),
+    ) + tuple(Assign(f"i{r}", f"o{r} + xo") for r in range(mr)) \
+        + tuple(Assign(acc[r][q], f"xp[i{r} + u{q}] * wv", "+") for r in range(mr) for q in range(nr))
+    fast = ()
+    for r in range(mr):
+        fast += (Assign(f"ob{r}", f"np.uint64((oc * OH + oh0 + {r}) * OW + ow0)"),)
+        for q in range(nr):
+            fa, fr = epi.emit(f"v{r}_{q}", "n * OC + oc", f"(oh0 + {r}) * OW + ow0 + {q}", f"e{r}_{q}_", c="oc")
+            fast += (Assign(f"v{r}_{q}", f"{acc[r][q]} + bo"),) + tuple(Assign(n, e) for n, e in fa) \
+                + (Assign(f"oimg[ob{r} + u{q}]", fr),)
+    assigns, result = epi.emit("v", "n * OC + oc", "oh * OW + ow0 + q", "e", c="oc")
+    slow = tuple(Assign(f"ct[{r}, {q}]", acc[r][q]) for r in range(mr) for q in range(nr)) + (
+        For("r", "0", f"min({mr}, OH - oh0)", (
+            Assign("oh", "oh0 + r"), Assign("orow", "oimg[(oc * OH + oh) * OW + ow0:]"),
+            For("q", "0", f"min({nr}, OW - ow0)", (Assign("v", "ct[r, q] + bo"),)
+                + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[q]", result),)),
+        )),)
+    back = not epi.extras
+    tile = (
+        Assign("ow0", f"min(owt * {nr}, max(0, OW - {nr}))" if back else f"owt * {nr}"),
+        *(Assign(f"o{r}", f"np.uint64((oh0 + {r}) * {g['SH'] * s} * WQ + ow0)") for r in range(mr)),
+        *(Assign(acc[r][q], F0) for r in range(mr) for q in range(nr)),
+        Comment(f"{mr}x{nr} depthwise tile (rows x pixels), SLP-vectorized along the pixels of a row"),
+        For("kh", "0", str(g["KH"]), (For("kw", "0", str(g["KW"]), tap),)),
+        If(f"oh0 + {mr} <= OH and ow0 + {nr} <= OW", fast, slow),
+    )
+    body = (
+        Assign("M", "OC // C"),
+        Assign("n_ht", f"(OH + {mr - 1}) // {mr}"), Assign("n_owt", f"(OW + {nr - 1}) // {nr}"),
+        *(Assign(f"u{q}", f"np.uint64({q})") for q in range(nr)),
+        Alloc("ct", (str(mr), str(nr))), Alloc("xp", (f"HP * {s} * WQ",)), *zero_plane(g),
+        For("it", "t", "N * C", step="T", body=(
+            Assign("n", "it // C"), Assign("ic", "it % C"),
+            Assign("xn", "X[n]"), Assign("oimg", "out[n]"),
+            *pad_plane_flat(g),
+            For("m", "0", "M", (
+                Assign("oc", "ic * M + m"), Assign("bo", "bias[oc]"), Assign("wk", "Wd[oc]"),
+                For("ht", "0", "n_ht", (
+                    Assign("oh0", f"min(ht * {mr}, max(0, OH - {mr}))" if back else f"ht * {mr}"),
+                    For("owt", "0", "n_owt", tile),
+                )),
+            )),
+        )),
+    )
+    params = (Param("X", "float32[:, ::1]"), Param("Wd", "float32[:, ::1]"), Param("bias", "float32[::1]")) \
+        + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, ::1]"),) + tuple(
+        Param(n, "int64") for n in ("N", "C", "OC", "H", "W", "OH", "OW", "HP", "WQ", "PT", "PL", "t", "T"))
     return Function("conv", params, body)

@@ -1,0 +1,86 @@
+"""Depthwise conv layers of the MobileNetV2/V3-style models: the depthwise code shapes side by
+side with onnxruntime, 1 thread, CPU time of the calling thread, interleaved rounds, medians.
+
+    python experiments/bench_depthwise.py [--rounds 5] [--only SUBSTR] [--tiles 2x16,4x8]
+
+Per layer: `dw_blocked` (8-channel blocks, vectors along channels), `depthwise` (NCHW as it is,
+vectors along a row's pixels) for each tile given, the template's default, and onnxruntime's
+Conv + Relu alone (which runs its NCHWc kernel between a reorder of the input and of the output:
+inside a model those reorders are shared by neighbouring convs, so its in-model time is lower).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]
+
+import numpy as np  # noqa: E402
+
+from bench_conv import ort_session, timeit  # noqa: E402
+from codegen import compile_kernel  # noqa: E402
+from codegen.backend import get_backend  # noqa: E402
+from ir.settings import Settings, use  # noqa: E402
+from schedules import get_template  # noqa: E402
+from tests.template_cases import conv_wl, precompile  # noqa: E402
+
+# (net, channels, input size, kernel, stride): MobileNetV2-style at 96x96 (experiments/models/make_mobilenet.py),
+# MobileNetV3-style at 32x32 (tests/real_models/mobilenetv3_torchscript.onnx)
+LAYERS = [("V2@96", 32, 48, 3, 1), ("V2@96", 96, 48, 3, 2), ("V2@96", 144, 24, 3, 1), ("V2@96", 144, 24, 3, 2),
+          ("V2@96", 192, 12, 3, 1), ("V2@224", 144, 56, 3, 1), ("V2@224", 576, 14, 3, 1), ("V2@224", 960, 7, 3, 1),
+          ("V3@32", 16, 16, 3, 1), ("V3@32", 72, 16, 3, 2), ("V3@32", 96, 8, 5, 1), ("V3@224", 72, 56, 5, 2)]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--tiles", default="2x16,4x8,4x16")
+    args = ap.parse_args(argv)
+    settings = Settings.from_env().with_(threads=1)
+    use(settings)
+    conv, backend = get_template("conv2d"), get_backend(None, settings)
+    layers = [lay for lay in LAYERS if args.only in f"{lay[0]} {lay[1]}@{lay[2]}/{lay[4]}"]
+    wls = [conv_wl(1, c, h, h, c, k=k, s=s, p=k // 2, g=c, epi=("relu",)) for _, c, h, k, s in layers]
+    names = ["dw_blocked"] + [f"depthwise {t}" for t in args.tiles.split(",")]
+
+    def configs(wl):
+        base = conv.default_config(wl).to_json()
+        out = {"default": conv.default_config(wl), "dw_blocked": conv.space(wl).validate({**base, "algo": "dw_blocked",
+                                                                                        "PB": 16})}
+        for t in args.tiles.split(","):
+            out[f"depthwise {t}"] = conv.space(wl).validate({**base, "algo": "depthwise", "regtile": t, "PB": 1})
+        return out
+    cfgs = [configs(wl) for wl in wls]
+    precompile("conv2d", [(wl, c) for wl, cs in zip(wls, cfgs) for c in cs.values()])
+    head = ["layer"] + [f"{n} ms" for n in names + ["default"]] + ["ORT ms"] + [f"ORT / {n}" for n in names + ["default"]]
+    print("| " + " | ".join(head) + " |\n|" + " --- |" * len(head), flush=True)
+    for (net, c, h, k, s), wl, cs in zip(layers, wls, cfgs):
+        arrays = wl.random_inputs(0)
+        y = np.empty(wl.output_shape, np.float32)
+        ref = wl.reference(arrays)
+        fns = {}
+        for name, cfg in cs.items():
+            run = compile_kernel(conv, wl, cfg).bind([None, arrays[1], arrays[2]], backend)
+            run(arrays, y)
+            np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-3)
+            fns[name] = (lambda run: lambda: run(arrays, y))(run)
+        sess = ort_session(c, h, c, k, s, k // 2, c, arrays[1], arrays[2], 1)
+        fns["ORT"] = lambda: sess.run(None, {"x": arrays[0]})
+        times = {name: [] for name in fns}
+        for _ in range(args.rounds):
+            for name, fn in fns.items():
+                times[name] += timeit(fn, repeat=3, clock=time.thread_time)
+        med = {name: statistics.median(v) * 1e3 for name, v in times.items()}
+        cols = [f"{net} dw {c} {k}x{k}/{s} @{h}"] + [f"{med[n]:.3f}" for n in names + ["default"]] + [f"{med['ORT']:.3f}"] \
+            + [f"{med['ORT'] / med[n]:.2f}x" for n in names + ["default"]]
+        print("| " + " | ".join(cols) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -297,3 +297,19 @@ def test_interpolation_along_two_axes_goes_through_a_row_buffer(attrs, factors, 
     assert "rt0 = np.empty(" in src
     assert ("for jx in range(0, 21)" in src) == whole_row
     check(EW, wl, cfg, arrays=arrays)
+
+
+@pytest.mark.parametrize("n,ops,interleaved", [
+    (1031, [("Tanh", ["i0"], {}), ("Mul", ["t0", "i1"], {}), ("Sigmoid", ["t1"], {})], True),
+    (3, [("Exp", ["i0"], {}), ("Add", ["t0", "i1"], {})], True),          # fewer elements than parts
+    (257, [("Add", ["i0", "i1"], {}), ("Mul", ["t0", "i1"], {})], False),  # no polynomial: one loop
+])
+def test_polynomial_chains_run_as_interleaved_parts(n, ops, interleaved):
+    """A flat chain with a vectorizable polynomial runs its block as parts whose statements are
+    interleaved (independent dependency chains side by side); the remainder and tiny sizes too."""
+    from codegen.source import render
+    wl = make_wl(ops, [((n,), "float32", False), ((), "float32", True)])
+    cfg = EW.space(wl).validate({**EW.default_config(wl).to_json(), "vector": "flat", "unroll": 1})
+    src = render(EW.lower(wl, cfg).module)
+    assert ("i_p3 = i + 3 * hh" in src) == interleaved
+    check(EW, wl, cfg)

@@ -6,8 +6,10 @@ nearest / linear Resize and ViT's mean over the tokens (ReduceMean over a middle
 best of the listed code configs x run-time RB x parallel (on/off: for small work, waking a
 thread costs more than it saves).
 
-Run: python experiments/bench_memory_bound.py [--quick] [--one-thread] [--base REV]   (writes bench_memory_bound.md/.png;
-     --base: the default config of commit REV's templates timed in the same turns, column "before")
+Run: python experiments/bench_memory_bound.py [--quick] [--one-thread] [--base REV] [--only TEXT]
+     (writes bench_memory_bound.md/.png; --base: the default config of commit REV's templates timed
+     in the same turns, column "before", and writes nothing; --only: the workloads whose name
+     contains TEXT, printed, nothing written)
      python experiments/bench_memory_bound.py --vs-base REV   (prints the kernels this branch changed
      against the templates of commit REV, side by side; writes nothing)
 """
@@ -189,7 +191,7 @@ def measure(settings, all_cases, min_time, rounds=5, base=None):
     return res
 
 
-def report(res, note, base=None):
+def report(res, note, base=None, write=True):
     lines = ["# Memory-bound templates: GB/s vs a copy of as many bytes", "", machine(), "", note, "",
              "GB/s = (input + output bytes) / median time. Copy, ours and onnxruntime are timed in turns "
              "(5 rounds, medians of each round's least); `copy` = the faster of np.copyto and a numba copy "
@@ -212,7 +214,7 @@ def report(res, note, base=None):
                      f"{cell(('ort', 2))} | {configs.get(1, '-')} / {configs.get(2, '-')} |")
     md = Path(__file__).with_suffix(".md")
     print("\n".join(lines))
-    if base is not None:   # a before/after run: printed for the results file's dated sections, nothing written
+    if base is not None or not write:   # a before/after or partial run: printed for the results file's dated sections
         return
     md.write_text("\n".join(lines) + "\n" + NOTES)
     try:
@@ -318,6 +320,9 @@ def vs_base(rev: str, rounds: int = 7):
 
 
 def main():
+    if "-h" in sys.argv or "--help" in sys.argv:
+        print(__doc__)
+        return
     if "--vs-base" in sys.argv:
         vs_base(sys.argv[sys.argv.index("--vs-base") + 1])
         return
@@ -329,6 +334,11 @@ def main():
     settings = Settings.from_env()
     use(settings)
     all_cases = cases()
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    if only is not None:
+        all_cases = [c for c in all_cases if only in c[0]]
+        if not all_cases:
+            raise SystemExit(f"--only {only!r}: no workload's name contains it")
     by_template = {}
     for name, tname, wl, given, codes in all_cases:
         t = get_template(tname)
@@ -342,7 +352,7 @@ def main():
     res = measure(settings, all_cases, 0.05 if quick else 0.1, base=base)
     load = os.getloadavg()[0]
     report(res, f"Load average when the run ended: {load:.1f} on {os.cpu_count()} cores (other helpers' work shared them).",
-           base)
+           base, write=only is None)
 
 
 if __name__ == "__main__":

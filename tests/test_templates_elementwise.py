@@ -274,3 +274,42 @@ def test_row_loops_run_to_a_run_time_length(op, ins, attrs):
     assert "for j in range(0, n):" in render(low.module)
     assert [a.value for a in low.launch.steps[-1].args if isinstance(a, Scalar)][0] == 12
     check(t, wl, cfg, arrays)
+
+
+@pytest.mark.parametrize("attrs,factors,whole_row", [
+    ({"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, (2, 2), True),
+    ({"mode": "linear", "coordinate_transformation_mode": "asymmetric"}, (3, 2), True),
+    ({"mode": "cubic", "coordinate_transformation_mode": "half_pixel", "exclude_outside": 1}, (2, 2), False),
+    ({"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, (0.6, 0.7), False),   # tables only
+])
+def test_interpolation_along_two_axes_goes_through_a_row_buffer(attrs, factors, whole_row):
+    """Linear/cubic over H and W: H first, once per output row, into a row buffer, then W from it;
+    where the W tables are the closed form with clamped indices (linear, cubic without
+    exclude_outside), the buffer repeats its edge values and the whole row is one closed-form loop
+    (no edge columns through the tables). All agree with the reference."""
+    from codegen.source import render
+    x = np.random.default_rng(4).standard_normal((1, 2, 7, 21)).astype(np.float32)
+    arrays = [x, np.zeros(0, np.float32), np.array([1, 1, *factors], np.float32)]
+    wl = make_wl([("Resize", ["i0", "i1", "i2"], attrs)],
+                 [(x.shape, "float32", False), ((0,), "float32", True), ((4,), "float32", True)], arrays)
+    cfg = EW.space(wl).validate({**EW.default_config(wl).to_json(), "vector": "last"})
+    src = render(EW.lower(wl, cfg).module)
+    assert "rt0 = np.empty(" in src
+    assert ("for jx in range(0, 21)" in src) == whole_row
+    check(EW, wl, cfg, arrays=arrays)
+
+
+@pytest.mark.parametrize("n,ops,interleaved", [
+    (1031, [("Tanh", ["i0"], {}), ("Mul", ["t0", "i1"], {}), ("Sigmoid", ["t1"], {})], True),
+    (3, [("Exp", ["i0"], {}), ("Add", ["t0", "i1"], {})], True),          # fewer elements than parts
+    (257, [("Add", ["i0", "i1"], {}), ("Mul", ["t0", "i1"], {})], False),  # no polynomial: one loop
+])
+def test_polynomial_chains_run_as_interleaved_parts(n, ops, interleaved):
+    """A flat chain with a vectorizable polynomial runs its block as parts whose statements are
+    interleaved (independent dependency chains side by side); the remainder and tiny sizes too."""
+    from codegen.source import render
+    wl = make_wl(ops, [((n,), "float32", False), ((), "float32", True)])
+    cfg = EW.space(wl).validate({**EW.default_config(wl).to_json(), "vector": "flat", "unroll": 1})
+    src = render(EW.lower(wl, cfg).module)
+    assert ("i_p3 = i + 3 * hh" in src) == interleaved
+    check(EW, wl, cfg)

@@ -23,17 +23,18 @@ input is read at the output's flat index or is a scalar, otherwise the same as
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from ir.graph import TensorType
 from ir.ops import BROADCAST, ELEMWISE, OPS
-from ir.ops.elementwise import DTYPE_EXPRS, NAN_AWARE, NUMBA_TYPES, literal, op_assigns, typed_expr
+from ir.ops.elementwise import DTYPE_EXPRS, NAN_AWARE, NUMBA_TYPES, VECTOR_MATH, literal, op_assigns, typed_expr
 from ir.ops import resize as rz
 from ir.workload import Workload
 from schedules.launch import Buffer, Call, In, Launch, Out, Scalar, Table, Work
-from schedules.loopnest import Assign, Call as Stmt, For, Function, If, LoopModule, Param
+from schedules.loopnest import Alloc, Assign, Call as Stmt, For, Function, If, LoopModule, Param
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
@@ -125,6 +126,9 @@ class _Emitter:
         self.n_tmp = 0
         self.closed: dict = {}            # Resize op -> `_closed_form` of its last axis, used while
         self.phase: int | None = None     # `phase` is set: output s * jx + phase, read at jx + offset
+        self.row_temp: set = set()        # Resize ops interpolated vertically first, into a row buffer
+        self.row_buffers: dict = {}       # their buffers: name -> length (input columns + padding)
+        self.row_pad: dict = {}           # Resize op -> edge values repeated on each side of its buffer
 
     def dtype(self, ref: str) -> str:
         return self.types[ref][1]
@@ -267,12 +271,23 @@ class _Emitter:
         return name
 
     def resize(self, n, k, idx, shape):
-        src = n.inputs[0]
         plan = self.resize_plans[k]
         spec = rz.spec_of(n)
         axes = [a for a, p in enumerate(plan) if p is not None]
-
         closed = self.closed.get(k) if self.phase is not None else None
+        if k in self.row_temp:
+            return self._row_temp_taps(n, k, idx, shape, closed)
+        e = self._resize_taps(n, k, idx, shape, axes, closed)
+        if spec.transform == "tf_crop_and_resize":
+            out = " | ".join(_at(f"rzo{k}_{a}", idx[a]) for a in axes)
+            e = f"({literal(spec.extrapolation_value, self.dtype(f't{k}'))} if ({out}) else {e})"
+        return e
+
+    upsample = resize
+
+    def _resize_taps(self, n, k, idx, shape, axes, closed):
+        """The Resize's value at idx as the weighted sum of its taps over `axes`."""
+        src, plan, spec = n.inputs[0], self.resize_plans[k], rz.spec_of(n)
 
         def taps(sub, rest):
             if not rest:
@@ -292,13 +307,36 @@ class _Emitter:
                 inner = taps(sub[:a] + [src_index] + sub[a + 1:], rest[1:])
                 parts.append(inner if spec.mode == "nearest" else f"{self.hoisted(_at(f'rzw{k}_{a}', pos), idx[a])} * {inner}")
             return "(" + " + ".join(parts) + ")"
-        e = taps(list(idx), axes)
-        if spec.transform == "tf_crop_and_resize":
-            out = " | ".join(_at(f"rzo{k}_{a}", idx[a]) for a in axes)
-            e = f"({literal(spec.extrapolation_value, self.dtype(f't{k}'))} if ({out}) else {e})"
-        return e
+        return taps(list(idx), axes)
 
-    upsample = resize
+    def _row_temp_taps(self, n, k, idx, shape, closed):
+        """A Resize interpolated along its other axes first, once per output row, into the row
+        buffer rt{k} (input columns `jr`, a contiguous loop), then along the last axis from that
+        buffer: a 2x linear upscale reads 2 values and does 2 FMAs per output where the nested
+        taps read 4 and did 6 (and the row's vertical work is done for half as many columns)."""
+        plan, a = self.resize_plans[k], len(shape) - 1
+        name, width, pad = f"rt{k}", self.shapes[n.inputs[0]][-1], self.row_pad.get(k, 0)
+        if name not in self.row_buffers:
+            saved, self.pre = self.pre, []
+            others = [b for b, p in enumerate(plan) if p is not None and b != a]
+            value = self._resize_taps(n, k, list(idx[:-1]) + ["jr"], shape, others, None)
+            self.row_pre.append(For("jr", "0", str(width), (*self.pre, Assign(_at(name, f"jr + {pad}" if pad else "jr"), value))))
+            for q in range(pad):   # the edge values repeated: clamped reads in closed form
+                self.row_pre += [Assign(_at(name, str(q)), _at(name, str(pad))),
+                                 Assign(_at(name, str(pad + width + q)), _at(name, str(pad + width - 1)))]
+            self.pre = saved
+            self.row_buffers[name] = width + 2 * pad
+        T, parts = plan[a], []
+        for t in range(T):
+            if closed is not None:
+                off = closed.offset[self.phase][t] + pad
+                at = f"jx + {off}" if off > 0 else f"jx - {-off}" if off else "jx"
+                parts.append(f"{literal(closed.weight[self.phase][t], 'float32')} * {_at(name, at)}")
+            else:
+                pos = f"({idx[a]}) * {T} + {t}"
+                at = _at(f'rzi{k}_{a}', pos)
+                parts.append(f"{_at(f'rzw{k}_{a}', pos)} * {_at(name, f'{at} + {pad}' if pad else at)}")
+        return "(" + " + ".join(parts) + ")"
 
 
 def _check(wl: Workload):
@@ -343,7 +381,7 @@ def _check(wl: Workload):
 
 class ElementwiseTemplate(Template):
     name = "elementwise"
-    version = 6
+    version = 7
 
     def matches(self, wl: Workload) -> bool:
         return _check(wl) is not None
@@ -382,30 +420,37 @@ class ElementwiseTemplate(Template):
                 em = _Emitter(wl, types, plans, flat=True)
                 value = em.load(last, None)
             inner = (*em.pre, Assign(_at("out", "i"), value))
+            streams = _streams_for(wl, loaded, shapes) if unroll == 1 else 1
             body = (
                 Assign("CH", "RB * 1024"),
                 For("blk", "t", "(n + CH - 1) // CH", step="T", body=(
                     Assign("i0", "blk * CH"), Assign("i1", "min(n, i0 + CH)"),
-                    *_inner("i", "i0", "i1", inner, unroll),
+                    *(_interleaved("i", "i0", "i1", inner, streams) if streams > 1 else _inner("i", "i0", "i1", inner, unroll)),
                 )),
             )
         else:
             em = _Emitter(wl, types, plans)
             R = len(out_shape)
             idx = [f"o{a}" for a in range(R - 1)] + ["j"]
+            # one Resize whose output is the kernel's (only elementwise ops after it): its last axis
+            # in closed form where the tables repeat (integer factors), the edges through them;
+            # interpolating along other axes too, it does those first into a row buffer
+            rz_ops, forms = [k for k, o in enumerate(wl.ops) if o["op"] in RESIZES], {}
+            k_last = rz_ops[0] if len(rz_ops) == 1 else None
+            if k_last is not None and shapes[f"t{k_last}"] == out_shape and all(
+                    o["op"] not in MOVES for o in wl.ops[k_last + 1:]):
+                _resizes(wl, types, forms)
+                if _row_temp_pays(nodes[k_last], plans[k_last]):
+                    em.row_temp.add(k_last)
+                    form = forms.get(k_last)
+                    if form is not None and form.clamped:   # the whole row in closed form, from a padded buffer
+                        em.row_pad[k_last] = max(abs(o) for row in form.offset for o in row)
             value = em.load(last, idx)
             inner = (*em.pre, Assign(_at("out", "base + j"), value))
             # the row's length as the run-time `n` (= out_shape[-1]): a literal trip count let LLVM
             # unroll the loop fully before vectorizing, and the unrolled copy stayed scalar (out and
             # the inputs may alias: SLP has no run-time check); Transpose 0213 rows of 64 2.1x faster
             row_loops = _inner("j", "0", "n", inner, unroll)
-            # one Resize whose output is the kernel's (only elementwise ops after it): its last axis
-            # in closed form where the tables repeat (integer factors), the edges through them
-            rz_ops, forms = [k for k, o in enumerate(wl.ops) if o["op"] in RESIZES], {}
-            k_last = rz_ops[0] if len(rz_ops) == 1 else None
-            if k_last is not None and shapes[f"t{k_last}"] == out_shape and all(
-                    o["op"] not in MOVES for o in wl.ops[k_last + 1:]):
-                _resizes(wl, types, forms)
             closed = forms.get(k_last)
             if closed is not None:
                 em.closed[k_last] = closed
@@ -416,6 +461,8 @@ class ElementwiseTemplate(Template):
                     v = em.load(last, idx)   # other inputs are read at j
                     stmts += [Assign("j", f"{s} * jx + {p}"), *em.pre, Assign(_at("out", "base + j"), v)]
                 em.phase = None
+                if k_last in em.row_pad:
+                    lo, hi = 0, shapes[nodes[k_last].inputs[0]][-1]
                 row_loops = (*(_inner("j", "0", str(s * lo), inner, unroll) if lo else ()),
                              For("jx", str(lo), str(hi), tuple(stmts)),
                              *(_inner("j", str(s * hi), str(out_shape[-1]), inner, unroll) if s * hi < out_shape[-1] else ()))
@@ -428,6 +475,7 @@ class ElementwiseTemplate(Template):
                     split += [Assign("rest", f"{rest} // {out_shape[a]}")]
                     rest = "rest"
             body = (
+                *(Alloc(b, (str(w),)) for b, w in em.row_buffers.items()),
                 For("blk", "t", f"({rows} + RB - 1) // RB", step="T", body=(
                     For("row", "blk * RB", f"min({rows}, blk * RB + RB)", (
                         *split, Assign("base", f"row * {out_shape[-1]}"), *em.row_pre, *row_loops,
@@ -569,6 +617,7 @@ class ClosedForm:
     hi: int
     offset: tuple
     weight: tuple | None
+    clamped: bool = False   # every j: the tables read input clip(j + offset, 0, n_in - 1) (a row padded with its edge values)
 
 
 MIN_CLOSED = 8   # input columns in closed form worth a loop of their own
@@ -595,8 +644,11 @@ def _closed_form(index: np.ndarray, weight: np.ndarray | None, n_in: int) -> Clo
         hi += 1
     if hi - lo < MIN_CLOSED:
         return None
+    js = np.arange(n_in)[:, None, None]
+    clamped = bool((np.clip(js + idx[mid], 0, n_in - 1) == idx + js).all()
+                   and (weight is None or (w == w[mid]).all()))
     return ClosedForm(s, lo, hi, tuple(tuple(int(v) for v in row) for row in idx[mid]),
-                      None if weight is None else tuple(tuple(float(v) for v in row) for row in w[mid]))
+                      None if weight is None else tuple(tuple(float(v) for v in row) for row in w[mid]), clamped)
 
 
 def _slice_starts_steps(node, in_shape, consts):
@@ -644,6 +696,17 @@ def _slice_function(node, k: int, in_shape, tables):
     return Function(f"slice{k}", tuple(params), body), tuple(args)
 
 
+def _row_temp_pays(node, plan) -> bool:
+    """Whether a Resize is interpolated along its other axes first, into a row buffer: an
+    interpolating mode (nearest reads one tap: nothing to share), the last axis resized, and
+    some other axis with more than one tap (tf_crop_and_resize's outside flags are per output
+    element: left to the nested taps)."""
+    spec = rz.spec_of(node)
+    if spec.mode == "nearest" or spec.transform == "tf_crop_and_resize" or not plan or plan[-1] is None or plan[-1] < 2:
+        return False
+    return any(p is not None and p > 1 for p in plan[:-1])
+
+
 def _resize_params(nodes, resizes) -> tuple:
     """Kernel parameters of the resize tables: per coded axis its indices, weights (not for
     nearest) and outside flags (tf_crop_and_resize)."""
@@ -659,6 +722,40 @@ def _resize_params(nodes, resizes) -> tuple:
             if spec.transform == "tf_crop_and_resize":
                 out.append(Param(f"rzo{k}_{a}", "boolean[::1]"))
     return tuple(out)
+
+
+STREAMS = 4   # independent parts of a flat block whose statements are interleaved (see `_interleaved`)
+
+
+def _streams_for(wl: Workload, loaded: list, shapes: dict) -> int:
+    """How many parts of a flat block run interleaved: `STREAMS` for a chain with a vectorizable
+    polynomial (Exp, Tanh, Sigmoid, Erf, Gelu, Log) over one full-size input, else 1. Such a body is
+    one long dependent chain per vector (the 12-op Tanh/Sigmoid chain: ~45 ops deep, the constants
+    re-broadcast each iteration): one chain at a time leaves Zen 3's FP scheduler full of waiting
+    ops; four chains interleaved statement by statement ran 1.55x faster (two: 1.4x), same bits.
+    More full-size inputs would multiply LLVM's run-time alias checks (4 streams each): one only."""
+    if not any(o["op"] in VECTOR_MATH for o in wl.ops) or wl.output_dtype != "float32":
+        return 1
+    full = [r for r in loaded if math.prod(shapes[r]) != 1]
+    return STREAMS if len(full) == 1 else 1
+
+
+def _interleaved(var: str, lo: str, hi: str, body: tuple, streams: int) -> tuple:
+    """for var in lo..hi: body — as `streams` parts of (hi - lo) // streams elements, the part k at
+    var + k * hh, their statements interleaved one by one in one loop (each part's temporaries
+    renamed), then the remainder. Only plain assignments; anything else runs as one loop."""
+    if not all(isinstance(st, Assign) for st in body):
+        return (For(var, lo, hi, body),)
+    names = [st.target for st in body if re.fullmatch(r"[A-Za-z_]\w*", st.target)]
+    word = re.compile(r"\b(" + "|".join(map(re.escape, [var] + names)) + r")\b")
+
+    def part(e: str, k: int) -> str:
+        return e if k == 0 else word.sub(lambda m: f"{m.group(1)}_p{k}", e)
+    starts = tuple(Assign(f"{var}_p{k}", f"{var} + {k} * hh") for k in range(1, streams))
+    mixed = tuple(Assign(part(st.target, k), part(st.value, k), st.op) for st in body for k in range(streams))
+    return (Assign("hh", f"({hi} - {lo}) // {streams}"),
+            For(var, lo, f"{lo} + hh", starts + mixed),
+            For(var, f"{lo} + {streams} * hh", hi, body))
 
 
 def _inner(var: str, lo: str, hi: str, body: tuple, unroll: int) -> tuple:

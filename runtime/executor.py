@@ -71,10 +71,14 @@ def compile_on_workers(backend, modules: dict, workers: int, timeout: float = 60
     from tuner.measure import jobs
     from tuner.measure.worker import Worker
     settings = backend.settings.to_json()
-    todo = queue.SimpleQueue()   # each worker takes the next module when it is free: no long
-    for key in modules:          # compile holds up the short ones a fixed split queued behind it
+    # Each worker takes the next module when it is free, longest source first (numba's passes are
+    # linear in the statements): no long compile is left for last while the other workers idle.
+    todo = queue.SimpleQueue()
+    for key in sorted(modules, key=lambda k: -len(backend.render(modules[k]))):
         todo.put(key)
-    pool = [Worker({"NUMBA_NUM_THREADS": "1"}) for _ in range(workers)]
+    # no colours in numba's messages: it formats one for every typing template it tries and rejects
+    pool = [Worker({"NUMBA_NUM_THREADS": "1", "NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING": "1"})
+            for _ in range(workers)]
 
     def build(w: int) -> dict:
         out = {}

@@ -47,6 +47,23 @@ _F32 = ir.FloatType()
 _I64 = ir.IntType(64)
 
 
+def _vector_kit(builder, nr: int, lanes: int):
+    """What both tile forms build from: the vector type, vectors per row, llvm.fma, a zero
+    vector, a vector pointer at an element offset, and a broadcast of one float."""
+    vty = ir.VectorType(_F32, lanes)
+    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3), f"llvm.fma.v{lanes}f32")
+    splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+    undef = ir.Constant(vty, ir.Undefined)
+
+    def vector_at(base, offset):
+        return builder.bitcast(builder.gep(base, [offset]), vty.as_pointer())
+
+    def splat(value):
+        return builder.shuffle_vector(builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0)),
+                                      undef, splat_mask)
+    return vty, nr // lanes, fma, ir.Constant(vty, [0.0] * lanes), vector_at, splat
+
+
 def _literal_int(ty, what: str) -> int:
     if not isinstance(ty, types.IntegerLiteral):
         raise TypingError(f"tile_fma: {what} must be an integer literal in the source, got {ty}")
@@ -94,14 +111,7 @@ def tile_fma(typingctx, A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k, C,
         c_data = context.make_array(cty)(context, builder, c).data
         a_rows = [builder.gep(a_data, [i64(o, t)]) for o, t in zip(cgutils.unpack_tuple(builder, offs, mr), oty)]
         b_base = builder.gep(b_data, [b_off])
-        vty = ir.VectorType(_F32, lanes)
-        nv = nr // lanes
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3), f"llvm.fma.v{lanes}f32")
-        splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
-        zero = ir.Constant(vty, [0.0] * lanes)
-
-        def vector_at(base, offset):
-            return builder.bitcast(builder.gep(base, [offset]), vty.as_pointer())
+        vty, nv, fma, zero, vector_at, splat = _vector_kit(builder, nr, lanes)
 
         pre = builder.basic_block
         head = builder.append_basic_block("tile.k")
@@ -125,10 +135,7 @@ def tile_fma(typingctx, A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k, C,
         new = []
         for r in range(mr):
             ar = builder.load(builder.gep(a_rows[r], [a_k]), align=4)
-            splat = builder.shuffle_vector(builder.insert_element(ir.Constant(vty, ir.Undefined), ar,
-                                                                  ir.Constant(ir.IntType(32), 0)),
-                                           ir.Constant(vty, ir.Undefined), splat_mask)
-            new.append([builder.call(fma, [splat, bvec[v], accs[r][v]]) for v in range(nv)])
+            new.append([builder.call(fma, [splat(ar), bvec[v], accs[r][v]]) for v in range(nv)])
         k.add_incoming(builder.add(k, ir.Constant(_I64, 1)), builder.basic_block)
         for r in range(mr):
             for v in range(nv):
@@ -200,14 +207,7 @@ def _nest_codegen(mr: int, nr: int, lanes: int, n_outer: int):
         b_data = context.make_array(bty)(context, builder, b).data
         c_data = context.make_array(cty)(context, builder, c).data
         a_offs = [i64(o, t) for o, t in zip(cgutils.unpack_tuple(builder, offs, mr), oty)]
-        vty = ir.VectorType(_F32, lanes)
-        nv = nr // lanes
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3), f"llvm.fma.v{lanes}f32")
-        splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
-        zero = ir.Constant(vty, [0.0] * lanes)
-
-        def vector_at(base, offset):
-            return builder.bitcast(builder.gep(base, [offset]), vty.as_pointer())
+        vty, nv, fma, zero, vector_at, splat = _vector_kit(builder, nr, lanes)
 
         # accumulate: the accumulators start from C (loaded once; C's tile is stored at the end
         # anyway, so the loads are in bounds) rather than being added to it at the end, so a
@@ -240,11 +240,9 @@ def _nest_codegen(mr: int, nr: int, lanes: int, n_outer: int):
                 a_k = builder.add(a_base, builder.mul(k, a_ks))
                 for r in range(mr):
                     ar = builder.load(builder.gep(a_data, [builder.add(a_offs[r], a_k)]), align=4)
-                    splat = builder.shuffle_vector(
-                        builder.insert_element(ir.Constant(vty, ir.Undefined), ar, ir.Constant(ir.IntType(32), 0)),
-                        ir.Constant(vty, ir.Undefined), splat_mask)
+                    a_splat = splat(ar)
                     for v in range(nv):
-                        builder.store(builder.call(fma, [splat, bvec[v], builder.load(slots[r][v])]), slots[r][v])
+                        builder.store(builder.call(fma, [a_splat, bvec[v], builder.load(slots[r][v])]), slots[r][v])
 
         loops(0, ir.Constant(_I64, 0), b_off)
         for r in range(mr):

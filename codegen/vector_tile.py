@@ -1,5 +1,5 @@
 """The MR x NR register tile's k loop as explicit LLVM vector IR: one numba intrinsic,
-`tile_fma`, that generated kernels call (dense, batch_matmul; conv could).
+`tile_fma`, that generated kernels call (dense, batch_matmul, the blocked conv).
 
 Why not the scalar tile (`schedules.microkernel`): there the tile is MR*NR scalar locals,
 unrolled in the Python source, and LLVM's SLP pass rebuilds the vectors. Two costs

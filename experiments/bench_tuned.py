@@ -69,7 +69,7 @@ def compare(tuned, untuned, sess, feeds: dict, runs: int, rounds: int, block: in
     as `tuner.verify.Measured` with the untuned over all calls, each round's tuned / untuned
     latency as `step_sum`s, and per runtime (tuned, untuned, onnxruntime) the wall and the
     calling thread's CPU seconds of each call)."""
-    from tuner.verify import measured_pair, step_sum, step_times
+    from tuner.verify import measured_pair, step_sum, step_times, take_turns
     for m in (tuned, untuned):
         m.run(feeds)
     sess.run(None, feeds)
@@ -89,17 +89,9 @@ def compare(tuned, untuned, sess, feeds: dict, runs: int, rounds: int, block: in
              timed("untuned", lambda: d_per.append(step_times(untuned, feeds)[1])),
              timed("ort", lambda: sess.run(None, feeds))]
     warm = [lambda: tuned.run(feeds), lambda: untuned.run(feeds), lambda: sess.run(None, feeds)]
-    block = max(1, block)
-    turns = -(-max(1, runs) // block)
-    n = turns * block
-    for _ in range(rounds):
-        for i in range(turns):   # the order rotates: on a loaded machine a fixed order biases by position
-            for k in range(3):
-                j = (k + i) % 3
-                if block > 1:
-                    warm[j]()
-                for _ in range(block):
-                    order[j]()
+    n = 0
+    for _ in range(rounds):   # the order rotates: on a loaded machine a fixed order biases by position
+        n = take_turns(list(zip(warm, order)), runs, block)
         ratios.append(step_sum(wall["tuned"][-n:], t_per[-n:]) /
                       step_sum(wall["untuned"][-n:], d_per[-n:]))
     timed_runs = [(wall["tuned"], np.asarray(t_per)), (wall["untuned"], np.asarray(d_per))]

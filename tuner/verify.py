@@ -109,20 +109,35 @@ def interleaved(models: list, feeds: dict, runs: int, block: int = BLOCK) -> lis
     in a fixed order measured up to 1.7x apart, by position; taking turns spreads the load
     over all models alike and rotation cancels the bias of position. One warm-up run each
     first. `runs` is rounded up to whole blocks."""
-    block = max(1, int(block))
     for m in models:
         m.run(feeds)
     out = [([], []) for _ in models]
-    for r in range(-(-max(1, runs) // block)):
-        for k in range(len(models)):
-            j = (k + r) % len(models)
-            if block > 1:
-                models[j].run(feeds)     # untimed: the caches switch to this model's data
-            for _ in range(block):
-                t, steps = step_times(models[j], feeds)
-                out[j][0].append(t)
-                out[j][1].append(steps)
+
+    def timed(j: int):
+        def call():
+            t, steps = step_times(models[j], feeds)
+            out[j][0].append(t)
+            out[j][1].append(steps)
+        return call
+    take_turns([(lambda m=m: m.run(feeds), timed(j)) for j, m in enumerate(models)], runs, block)
     return [(tot, np.asarray(per)) for tot, per in out]
+
+
+def take_turns(calls: list, runs: int, block: int = BLOCK) -> int:
+    """Run `calls`, each a pair (untimed call, timed call), taking turns as `interleaved`
+    describes: per turn, in the order rotating from turn to turn, each pair's untimed call
+    (where `block` > 1: the caches switch to its data) and then `block` timed calls.
+    Returns how many timed calls each made: `runs` rounded up to whole blocks."""
+    block = max(1, int(block))
+    turns = -(-max(1, runs) // block)
+    for r in range(turns):
+        for k in range(len(calls)):
+            warm, call = calls[(k + r) % len(calls)]
+            if block > 1:
+                warm()
+            for _ in range(block):
+                call()
+    return turns * block
 
 
 TYPICAL_PERCENTILE = 25   # of a step's seconds over the calls: its time when not preempted (see `typical`)

@@ -16,9 +16,9 @@ The tile is written either as unrolled scalar locals that LLVM's SLP pass vector
 (`tile_code` "slp", `register_tile`) or as a nest-form call of the vector-IR tile
 (`codegen.vector_tile.tile_fma`, "vec<lanes>", the default): one call per tile covers the
 whole reduction (channel blocks x kernel rows around a contiguous run of taps x channels,
-or one run per phase plane for strided convs), the accumulators in registers throughout, in chunks of KC channel blocks (run-time) so that a chunk's
-weights or inputs stay in L1 across the work item's tiles; the tiles then go through the
-scratch `ct` and the same store loop.
+or one run per phase plane for strided convs), the accumulators in registers throughout, in
+chunks of KC channel blocks (run-time) so that a chunk's weights or inputs stay in L1 across
+the work item's tiles; the tiles then go through the scratch `ct` and the same store loop.
 """
 from __future__ import annotations
 
@@ -241,19 +241,16 @@ def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int
             )),
         )),)
 
-    # uint64 offsets for the scalar tile (no wraparound selects)
-    cast = "np.uint64"
-    offsets = tuple(
+    offsets = tuple(   # uint64: no wraparound selects
         s_ for r in range(mr) for s_ in (
             Assign(f"pp{r}", f"min(p0 + {r}, P - 1)"),
-            Assign(f"o{r}", f"{cast}(((pp{r} // OW) * {g['SH'] * s} * WQ + pp{r} % OW) * {cb})"))
+            Assign(f"o{r}", f"np.uint64(((pp{r} // OW) * {g['SH'] * s} * WQ + pp{r} % OW) * {cb})"))
     )
     # the store: per output channel, the tile's pixels are a contiguous run of its plane
     # (written through a view from p0: no negative-index tests)
     store = buffered_store(epi, f"min({nr}, OCg - oct * {nr})", f"g * OCg + oct * {nr} + q",
                            "out[n, oc, p0:]", f"min({mr}, P - p0)", "p0 + r")
-    head = (Assign("p0", f"pt * {mr}"), Assign("Wk", "Wp[g, oct]")) + offsets
-    tile = head + register_tile(
+    tile = (Assign("p0", f"pt * {mr}"), Assign("Wk", "Wp[g, oct]")) + offsets + register_tile(
         mr, nr, lambda r: f"xb[o{r} + xi]", lambda q: f"Wk[k, {q}]", k_loops, (),
         comment=f"{mr}x{nr} register tile (pixels x output channels) over {cb}-channel blocks, "
                 f"SLP-vectorized along channels")[:-1] + store   # [:-1]: its per-row store loop (empty here)

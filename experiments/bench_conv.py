@@ -33,6 +33,7 @@ from schedules import get_template  # noqa: E402
 from schedules.microkernel import tile_codes  # noqa: E402
 from ir.settings import Settings, use  # noqa: E402
 from tests.template_cases import conv_wl, precompile  # noqa: E402
+from tuner.verify import settle  # noqa: E402
 
 # (net, C, H, OC, kernel, stride, pad, groups)
 RESNET18 = [(3, 224, 64, 7, 2, 3), (64, 56, 64, 3, 1, 1), (64, 56, 128, 3, 2, 1), (64, 56, 128, 1, 2, 0),
@@ -87,7 +88,10 @@ def candidates(conv, wl, quick=False) -> list:
 
 
 def timeit(fn, min_time=0.01, repeat=5, clock=time.perf_counter) -> list:
-    """Times per call of `repeat` batches, each batch long enough (>= min_time / repeat) to time."""
+    """Times per call of `repeat` batches, each batch long enough (>= min_time / repeat) to time,
+    once the process's other threads are idle (`tuner.verify.settle`: onnxruntime's and
+    OpenBLAS's pools spin after a call and would take a core from the next runtime timed)."""
+    settle()
     fn()
     n = 1
     while True:

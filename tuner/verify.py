@@ -123,16 +123,43 @@ def interleaved(models: list, feeds: dict, runs: int, block: int = BLOCK) -> lis
     return [(tot, np.asarray(per)) for tot, per in out]
 
 
+SETTLE_MAX_S = 0.3      # longest wait for the other threads of the process to go idle
+SETTLE_WINDOW_S = 0.01   # the kernel adds a running thread's CPU time to the process clock at its ticks (4 ms at
+                         # HZ=250): a shorter window read a spinning pool as idle
+SETTLE_BUSY = 0.1       # of one core: "idle"
+
+
+def settle(max_s: float = SETTLE_MAX_S) -> float:
+    """Wait until this process's other threads are idle (at most `max_s`); returns the seconds waited.
+
+    Thread pools spin after a call, waiting for the next one: measured on a 2-core Zen 5 VM,
+    onnxruntime's pool keeps one core busy ~50 ms after `run`, OpenBLAS's ~100 ms after a
+    matmul. Whatever runs next in the process at 2 threads finds one core taken: a generated
+    1024^3 matmul took 13 ms right after a NumPy matmul, 6.8 ms alone. So when runtimes take
+    turns, each turn starts once the last one's spinners have stopped; within its own turn a
+    runtime keeps the benefit of its spinning, as it would deployed."""
+    t0 = time.perf_counter()
+    while True:
+        c0, w0 = time.process_time(), time.perf_counter()
+        time.sleep(SETTLE_WINDOW_S)
+        w1 = time.perf_counter()
+        if (time.process_time() - c0) < SETTLE_BUSY * (w1 - w0) or w1 - t0 >= max_s:
+            return w1 - t0
+
+
 def take_turns(calls: list, runs: int, block: int = BLOCK) -> int:
     """Run `calls`, each a pair (untimed call, timed call), taking turns as `interleaved`
-    describes: per turn, in the order rotating from turn to turn, each pair's untimed call
-    (where `block` > 1: the caches switch to its data) and then `block` timed calls.
+    describes: per turn, in the order rotating from turn to turn, `settle`, then each pair's
+    untimed call (where `block` > 1: the caches switch to its data and its threads wake)
+    and then `block` timed calls.
     Returns how many timed calls each made: `runs` rounded up to whole blocks."""
     block = max(1, int(block))
     turns = -(-max(1, runs) // block)
     for r in range(turns):
         for k in range(len(calls)):
             warm, call = calls[(k + r) % len(calls)]
+            if len(calls) > 1:
+                settle()
             if block > 1:
                 warm()
             for _ in range(block):

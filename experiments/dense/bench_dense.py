@@ -35,6 +35,7 @@ from codegen import compile_kernel, host_target  # noqa: E402
 from ir import import_onnx, make_workload, partition, simplify  # noqa: E402
 from schedules import get_template  # noqa: E402
 from schedules.microkernel import tile_codes  # noqa: E402
+from tuner.verify import settle  # noqa: E402
 
 HERE = Path(__file__).parent
 DENSE = get_template("dense")
@@ -50,6 +51,7 @@ ATTENTION = [(12, 128, 64, 128), (12, 128, 128, 64), (12, 197, 64, 197), (12, 19
 
 
 def median_time(fn, min_s=0.2, repeat=7, clock=time.perf_counter):
+    settle()
     fn()
     n, t = 1, 0.0
     while True:
@@ -120,6 +122,8 @@ def side_by_side(fns, rounds=7, min_s=0.05, clock=time.perf_counter):
     times = [[] for _ in fns]
     for _ in range(rounds):
         for f, n, ts in zip(fns, reps, times):
+            settle()   # OpenBLAS's threads spin ~100 ms after a call: not on the next one's time
+            f()
             t0 = clock()
             for _ in range(n):
                 f()

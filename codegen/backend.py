@@ -56,6 +56,43 @@ class Artifact:
         return len(self.source) + sum(len(b) for b in self.files.values())
 
 
+_BLAS = None
+
+
+def _blas_controllers() -> list:
+    """threadpoolctl's controllers of the BLAS libraries loaded in this process (found once)."""
+    global _BLAS
+    if _BLAS is None:
+        from threadpoolctl import ThreadpoolController
+        _BLAS = list(ThreadpoolController().select(user_api="blas").lib_controllers)
+    return _BLAS
+
+
+def blas_on_threads(fn: Callable, threads: int) -> Callable:
+    """`fn` (a BLAS call) on `threads` of the BLAS library's threads, its setting restored after.
+
+    NumPy's OpenBLAS otherwise uses every core whatever the model was loaded with: a model
+    deployed at 1 thread ran its BLAS steps on 2, and OpenBLAS's pool then spins ~100 ms
+    after each call (measured on a 2-core Zen 5), which a 1-thread runner's process clock
+    counted against the BLAS candidate and which takes a core from the process's other work.
+    The thread count is the library's global setting, hence set and restored around each
+    call (about 1 us each, against a matmul of tens of microseconds and more)."""
+    libs = _blas_controllers()
+
+    def call(*args):
+        before = [lib.get_num_threads() for lib in libs]
+        if all(b == threads for b in before):
+            return fn(*args)
+        for lib in libs:
+            lib.set_num_threads(threads)
+        try:
+            return fn(*args)
+        finally:
+            for lib, b in zip(libs, before):
+                lib.set_num_threads(b)
+    return call
+
+
 class Backend(abc.ABC):
     name: str = ""
     template_kind: str = "cpu"   # which templates' loop modules it runs (`Template.kind`)
@@ -94,9 +131,10 @@ class Backend(abc.ABC):
         """Run one `Call` step: `fn` over `items` work items (see `schedules.launch`)."""
 
     def library(self, routine: str) -> Callable:
-        """A routine of a `Library` step by name; the CPU has NumPy's BLAS matmul."""
+        """A routine of a `Library` step by name; the CPU has NumPy's BLAS matmul, run on this
+        backend's threads (`blas_on_threads`)."""
         if routine == "matmul":
-            return lambda a, b, out: np.matmul(a, b, out=out)
+            return blas_on_threads(lambda a, b, out: np.matmul(a, b, out=out), self.settings.num_threads)
         raise BackendError(f"backend '{self.name}' has no library routine '{routine}'")
 
     def empty(self, shape, dtype) -> np.ndarray:

@@ -54,3 +54,13 @@ def test_dense_keeps_constant_weights():
     from schedules import find_template
     wl = make_wl([("MatMul", ["i0", "i1"], {})], [((2, 5, 8), "float32", False), ((8, 4), "float32", True)])
     assert find_template(wl).name == "dense"
+
+
+@pytest.mark.parametrize("code", ["slp", VEC])
+def test_default_tile_cut_by_m_and_n(code):
+    """The default tile (8x32 on AVX-512, 4x16 on AVX2) on a ViT-like odd sequence: rows past M
+    (clamped A rows) and columns past N (the padded B panel) must neither be stored nor change
+    what is stored; the last B matrix's edge panel lies at the end of its buffer."""
+    wl = attention(1, 2, 37, 5, 37)
+    cfg = BMM.space(wl).validate({**BMM.default_config(wl).to_json(), "tile_code": code, "parallel": False})
+    check(BMM, wl, cfg)

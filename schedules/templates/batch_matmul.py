@@ -25,7 +25,7 @@ from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
 
 # per (float lanes, vector registers) of the target, as dense's; NR divides the attention
-# widths (head dim 64, sequence 128) so the scalar remainder loop rarely runs
+# widths (head dim 64, sequence 128); other widths (ViT's 197) end in an edge tile
 REG_TILES = {
     (8, 16): ("2x16", "4x16", "4x32", "8x16"),                  # AVX2
     (8, 32): ("2x16", "4x16", "4x32", "8x16", "12x16"),         # AVX-512, 256-bit vectors kept
@@ -34,8 +34,9 @@ REG_TILES = {
 }
 DEFAULT_TILE = {(8, 16): "4x16", (8, 32): "8x16", (16, 32): "8x32", (4, 16): "4x8"}
 # the untuned tile_code stays "slp": on the attention matmuls (K = 64..197, B read in place) the
-# vector-IR 4x16 measured 0.83-1.0x of the SLP one, 1 thread (experiments/dense/results.md,
-# 2026-12-01): its epilogue runs over the stored tile, the SLP one in registers
+# vector-IR 4x16 measured 0.83-1.0x of the SLP one on AVX2 (2026-12-01), vec16 8x32 0.5x on the
+# scores matmul and 0.96-1.06x on the context one on Zen 5 (2026-12-02, experiments/dense/results.md):
+# its epilogue runs over the stored tile, the SLP one in registers
 DEFAULT_VECTOR_IR = False
 
 

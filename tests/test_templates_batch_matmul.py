@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedules import get_template
+from schedules.microkernel import tile_codes
 from tests.template_cases import check, make_wl, precompile
 
 BMM = get_template("batch_matmul")
@@ -19,7 +20,9 @@ def attention(b, h, m, k, n):
                     ((b, 1, 1, n), "float32", False)])
 
 
-TILES = [("4x16", "slp"), ("2x16", "slp"), ("4x16", "vec8"), ("2x16", "vec8")]   # (regtile, tile_code)
+VEC = tile_codes()[1]   # this machine's vector IR code ("vec8" on AVX2, "vec16" on AVX-512)
+# (regtile, tile_code); the shapes below cut them by M and N: the edge tiles (clamped rows, padded B panel)
+TILES = [("4x16", "slp"), ("2x16", "slp"), ("4x16", VEC), ("2x16", VEC)]
 
 
 @pytest.fixture(scope="module")
@@ -51,3 +54,13 @@ def test_dense_keeps_constant_weights():
     from schedules import find_template
     wl = make_wl([("MatMul", ["i0", "i1"], {})], [((2, 5, 8), "float32", False), ((8, 4), "float32", True)])
     assert find_template(wl).name == "dense"
+
+
+@pytest.mark.parametrize("code", ["slp", VEC])
+def test_default_tile_cut_by_m_and_n(code):
+    """The default tile (8x32 on AVX-512, 4x16 on AVX2) on a ViT-like odd sequence: rows past M
+    (clamped A rows) and columns past N (the padded B panel) must neither be stored nor change
+    what is stored; the last B matrix's edge panel lies at the end of its buffer."""
+    wl = attention(1, 2, 37, 5, 37)
+    cfg = BMM.space(wl).validate({**BMM.default_config(wl).to_json(), "tile_code": code, "parallel": False})
+    check(BMM, wl, cfg)

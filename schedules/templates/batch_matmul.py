@@ -5,8 +5,9 @@ with a fused elementwise epilogue (scale, mask add...).
 Like dense, full MR x NR tiles run a register tile of scalar locals (SLP-vectorized
 along N, where B rows are contiguous) or, with `tile_code` "vec<lanes>", as LLVM vector
 IR (`codegen.vector_tile`); neither operand is constant, so nothing is
-packed: A is read in place, B rows directly. Remainder rows and columns run a
-scalar loop (guarded tail). Batch-broadcast index maps are tables computed while lowering.
+packed: A is read in place, B rows directly. Tiles cut by M or N run the same
+register tile (A's rows past M read row M - 1; B's last partial panel from a zero-padded
+copy made once per work item) into a scratch tile, stored where it lies inside the output. Batch-broadcast index maps are tables computed while lowering.
 Knobs: `regtile` (code); row tiles per work item `MB` and threading (run-time).
 """
 from __future__ import annotations
@@ -16,15 +17,15 @@ import numpy as np
 from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Call, In, Launch, Out, Scalar, Table
-from schedules.loopnest import Assign, For, Function, If, LoopModule, Param
-from schedules.microkernel import (F0, k_range, pick_tiles, register_epilogue, register_tile_in_place,
-                                   tile_codes, tile_lanes, vector_shape, vector_tile)
+from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param
+from schedules.microkernel import (F0, pick_tiles, register_epilogue, register_tile_in_place,
+                                   tile_codes, tile_lanes, unsigned, vector_shape, vector_tile)
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
 
 # per (float lanes, vector registers) of the target, as dense's; NR divides the attention
-# widths (head dim 64, sequence 128) so the scalar remainder loop rarely runs
+# widths (head dim 64, sequence 128); other widths (ViT's 197) end in an edge tile
 REG_TILES = {
     (8, 16): ("2x16", "4x16", "4x32", "8x16"),                  # AVX2
     (8, 32): ("2x16", "4x16", "4x32", "8x16", "12x16"),         # AVX-512, 256-bit vectors kept
@@ -33,8 +34,9 @@ REG_TILES = {
 }
 DEFAULT_TILE = {(8, 16): "4x16", (8, 32): "8x16", (16, 32): "8x32", (4, 16): "4x8"}
 # the untuned tile_code stays "slp": on the attention matmuls (K = 64..197, B read in place) the
-# vector-IR 4x16 measured 0.83-1.0x of the SLP one, 1 thread (experiments/dense/results.md,
-# 2026-12-01): its epilogue runs over the stored tile, the SLP one in registers
+# vector-IR 4x16 measured 0.83-1.0x of the SLP one on AVX2 (2026-12-01), vec16 8x32 0.5x on the
+# scores matmul and 0.96-1.06x on the context one on Zen 5 (2026-12-02, experiments/dense/results.md):
+# its epilogue runs over the stored tile, the SLP one in registers
 DEFAULT_VECTOR_IR = False
 
 
@@ -44,7 +46,7 @@ def _epilogue(wl: Workload) -> Epilogue | None:
 
 class BatchMatmulTemplate(Template):
     name = "batch_matmul"
-    version = 1
+    version = 2   # v2: edge tiles run the register tile (row clamping, a padded B panel), no scalar remainder
 
     def matches(self, wl: Workload) -> bool:
         if not wl.ops or wl.ops[0]["op"] != "MatMul" or wl.ops[0]["in"] != ["i0", "i1"]:
@@ -114,42 +116,75 @@ def _store(epi: Epilogue, value: str) -> tuple:
         + (Assign("out[row, j]", result),)
 
 
+def _edge_store(nr: int, epi: Epilogue) -> tuple:
+    """The body of the loop over r that stores row r of the scratch tile `ct` (a tile cut by
+    M or N) where it lies inside `out`, with the epilogue."""
+    return (Assign("i", "i0 + r"), If("i < M", (For("c", "0", f"min({nr}, N - j0)", (
+        Assign("j", "j0 + c"),) + _store(epi, "ct[r, c]")),)),)
+
+
+def _pack_edge(nr: int, bt: str) -> tuple:
+    """Copy B's last, partial NR-column panel (columns n_full_j * NR .. N - 1) into the scratch
+    panel `bt` (K x NR, zero past N), once per work item, so that the edge tile reads whole
+    NR-wide rows as the full tiles do (B is read in place: past N there is the next row, or
+    past the last matrix nothing)."""
+    return (If("n_jt > n_full_j", (For("k", "0", "K", (For("c", "0", str(nr), (
+        Assign("j", f"n_full_j * {nr} + c"),
+        If("j < N", (Assign(f"{bt}k, c]", "Bb[k, j]"),), (Assign(f"{bt}k, c]", F0),)),
+    )),)),)),)
+
+
 def _kernel(mr: int, nr: int, epi: Epilogue, lanes: int | None = None) -> Function:
-    """`lanes`: the full tiles as LLVM vector IR of that width (`codegen.vector_tile`), reading
-    A and B in place by element offsets; None: scalar locals for LLVM's SLP pass."""
+    """`lanes`: the tiles as LLVM vector IR of that width (`codegen.vector_tile`), reading
+    A and B in place by element offsets; None: scalar locals for LLVM's SLP pass.
+
+    Every tile, the edges too, runs the register tile (a scalar remainder loop, its K-long
+    dependent chain of adds, cost 2-3x the whole vector part at M or N = 197, 1 thread): a
+    tile's rows past M read A's row M - 1 again, the column edge reads B's last panel from a
+    zero-padded copy (`_pack_edge`); a tile cut by M or N is stored to the scratch tile `ct`
+    and what lies inside `out` is stored from there with the epilogue (`_edge_store`)."""
     # the tile goes to out from registers (vector stores); a short epilogue is applied to the
     # accumulators before, a long one (or any, after a vector-IR tile) runs over the stored tile after
     in_registers = register_epilogue(epi, mr, nr, lambda r: f"bt * M + i0 + {r}", "j0") if lanes is None else None
     after = (For("r", "0", str(mr), (Assign("i", "i0 + r"), For("q", "0", str(nr), (
         Assign("j", "j0 + q"),) + _store(epi, "out[bt * M + i, j]")))),) if epi.steps and not in_registers else ()
+    full = f"i0 + {mr} <= M and j0 + {nr} <= N"
     if lanes is None:
-        tile = (Assign("j0", f"jt * {nr}"),) + register_tile_in_place(
-            mr, nr, lambda r: f"Ab[i0 + {r}, k]", lambda q: f"Bb[k, j0 + {q}]", k_range("0", "K"),
-            "out", "bt * M + i0", "j0", after=after, epilogue=in_registers,
+        def k_loops(body: tuple) -> tuple:
+            return tuple(Assign(f"ar{r}", unsigned(f"min(i0 + {r}, M - 1)")) for r in range(mr)) \
+                + (For("k", "0", "K", (Assign("ku", unsigned("k")),) + body),)
+        tile = (Assign("j0", f"jt * {nr}"),
+                If(f"j0 + {nr} <= N", (Assign("Bs", "Bb"), Assign("jb", "j0")), (Assign("Bs", "Bt"), Assign("jb", "0"))),
+                ) + register_tile_in_place(
+            mr, nr, lambda r: f"Ab[ar{r}, ku]", lambda q: f"Bs[ku, {unsigned(f'jb + {q}')}]", k_loops,
+            "out", "bt * M + i0", "j0", full=full, edge_store=_edge_store(nr, epi), after=after, epilogue=in_registers,
             comment=f"{mr}x{nr} register tile (rows x columns), SLP-vectorized along the contiguous B rows")
+        scratch = (Alloc("Bt", ("K", str(nr))),)
+        pack = _pack_edge(nr, "Bt[")
     else:
-        tile = (Assign("j0", f"jt * {nr}"), vector_tile(
-            "A", [f"a_row0 + {r} * K" for r in range(mr)], "1", "B", "b_base + j0", "N", "K",
-            "out", "(bt * M + i0) * N + j0", "N", "False", nr, lanes)) + after
-    scalar = (
-        Assign("s", F0),
-        For("k", "0", "K", (Assign("s", "Ab[i, k] * Bb[k, j]", "+"),)),
-    ) + _store(epi, "s")
+        tile = (Assign("j0", f"jt * {nr}"), Assign("full", full),
+                If(f"j0 + {nr} <= N", (Assign("Bs", "B"), Assign("b_off", "ib[bt] * K * N + j0"), Assign("b_ks", "N")),
+                   (Assign("Bs", "Bt"), Assign("b_off", "0"), Assign("b_ks", str(nr)))),
+                If("full", (Assign("dst", "out"), Assign("c_off", "(bt * M + i0) * N + j0"), Assign("c_rs", "N")),
+                   (Assign("dst", "ct"), Assign("c_off", "0"), Assign("c_rs", str(nr)))),
+                vector_tile("A", [f"(ia[bt] * M + min(i0 + {r}, M - 1)) * K" for r in range(mr)], "1", "Bs", "b_off",
+                            "b_ks", "K", "dst", "c_off", "c_rs", "False", nr, lanes),
+                If("full", after, (For("r", "0", str(mr), _edge_store(nr, epi)),)) if after
+                else If("not full", (For("r", "0", str(mr), _edge_store(nr, epi)),)))
+        scratch = (Alloc("Bt", ("1", "K", str(nr))),)
+        pack = _pack_edge(nr, "Bt[0, ")
     body = (
         Assign("n_it", f"(M + {mr - 1}) // {mr}"), Assign("n_ib", "(n_it + MB - 1) // MB"),
-        Assign("n_full_j", f"N // {nr}"),
+        Assign("n_full_j", f"N // {nr}"), Assign("n_jt", f"(N + {nr - 1}) // {nr}"),
+        Alloc("ct", (str(mr), str(nr))),
+    ) + scratch + (
         For("item", "t", "nb * n_ib", step="T", body=(
             Assign("bt", "item // n_ib"), Assign("blk", "item % n_ib"),
             Assign("Ab", "A[ia[bt]]"), Assign("Bb", "B[ib[bt]]"),
+        ) + pack + (
             For("it", "blk * MB", "min(n_it, blk * MB + MB)", (
                 Assign("i0", f"it * {mr}"),
-                If(f"i0 + {mr} <= M", (
-                    *((Assign("a_row0", "(ia[bt] * M + i0) * K"), Assign("b_base", "ib[bt] * K * N")) if lanes else ()),
-                    For("jt", "0", "n_full_j", tile),
-                    For("i", "i0", f"i0 + {mr}", (For("j", f"n_full_j * {nr}", "N", scalar),)),
-                ), (
-                    For("i", "i0", "M", (For("j", "0", "N", scalar),)),
-                )),
+                For("jt", "0", "n_jt", tile),
             )),
         )),
     )

@@ -1,5 +1,5 @@
 """Before/after of the conv2d defaults' tiles per vector shape (schedules/templates/conv2d.py
-BLOCKED_TILE, PX_TILES): per non-depthwise ResNet-18 / MobileNetV2 layer, the default config with
+BLOCKED_TILE, PX_TILES, GEMM_1X1_PIXELS_BY_SHAPE): per non-depthwise ResNet-18 / MobileNetV2 layer, the default config with
 AVX2's (8, 16) tiles (what every machine ran before) vs the default for this machine's vector shape
 vs onnxruntime, interleaved rounds, 1 thread, CPU time of the calling thread, medians.
 
@@ -22,20 +22,16 @@ from codegen.backend import get_backend  # noqa: E402
 from experiments.bench_conv import LAYERS, _short, clock_for, ort_session, timeit  # noqa: E402
 from ir.settings import Settings, use  # noqa: E402
 from schedules import get_template  # noqa: E402
-from schedules.microkernel import vector_shape  # noqa: E402
-from schedules.templates.conv2d import BLOCKED_TILE, PX_TILES  # noqa: E402
+from schedules.microkernel import tile_codes, vector_shape  # noqa: E402
 from tests.template_cases import conv_wl, precompile  # noqa: E402
 
 
 def before(conv, wl):
-    """The default config with the tiles AVX2's (8, 16) shape gets (run-time knobs as now)."""
-    cfg = conv.default_config(wl).to_json()
-    if cfg["algo"] == "blocked":
-        cfg["regtile"] = BLOCKED_TILE[(8, 16)]
-    elif cfg.get("vec") == "px" and cfg["regtile"] in PX_TILES[vector_shape()]:
-        old = PX_TILES[(8, 16)]
-        one = wl.inputs[1]["shape"][2] * wl.inputs[1]["shape"][3] == 1
-        cfg["regtile"] = old[0] if cfg["algo"] == "direct" and one else old[1] if cfg["algo"] == "im2col" else old[2]
+    """What the defaults ran here before they followed the vector shape: the config for AVX2's
+    (8 lanes, 16 registers), its blocked tile as this machine's vector-IR code."""
+    cfg = conv.default_config(wl, {"vector_bits": 256, "vector_registers": 16}).to_json()
+    if cfg.get("tile_code", "slp") != "slp":
+        cfg["tile_code"] = tile_codes()[1]
     return conv.space(wl).validate(cfg)
 
 

@@ -80,6 +80,9 @@ DW_TILES = ("4x8", "2x16", "4x16", "2x32")     # depthwise: output rows x pixels
 BLOCKS = (1, 2, 4, 8, 16)
 GEMM_1X1_PIXELS = 128     # 1x1 convs on planes of at least this many pixels read them in place (`_gemm_1x1`);
                           # on 7x7 maps (P = 49, K up to 960) im2col's packed panels were 1.4x faster
+# per vector shape: AVX-512's 8x32 tile reads 7x7 maps in place 1.2-1.6x faster than im2col's
+# (MobileNetV2's 576->160, 960->320, 320->1280 @7, Zen 5, 2026-12-02): every plane of >= 16 pixels
+GEMM_1X1_PIXELS_BY_SHAPE = {(8, 16): GEMM_1X1_PIXELS, (16, 32): 16}
 THREAD_WAKE_FLOPS = 2e6   # below this, a kernel runs single-threaded by default: waking a thread
                           # (~20 us) costs more than splitting the work saves
 
@@ -178,7 +181,7 @@ class Conv2dTemplate(Template):
         one = geo["KH"] * geo["KW"] == 1
         cg = int(wl.inputs[1]["shape"][1])
         px_tiles = pick_tiles(PX_TILES, *vector_shape(target))
-        if one and _pointwise(geo, wl.inputs[0]["shape"][2:], (oh, ow)) and (oc <= 32 or P >= GEMM_1X1_PIXELS):
+        if one and _pointwise(geo, wl.inputs[0]["shape"][2:], (oh, ow)) and (oc <= 32 or P >= pick_tiles(GEMM_1X1_PIXELS_BY_SHAPE, *vector_shape(target))):
             # the plane read in place as a GEMM's panel (no packing), full tiles stored from
             # registers; 4 x 16 (8 accumulators: 6x16 and 4x24 spill in the unrolled k loop,
             # measured); 4 pixel tiles x 4 channel tiles a work item, pixels outside

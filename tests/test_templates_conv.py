@@ -54,12 +54,13 @@ def test_space_knobs_and_code_shapes():
     wl = conv_wl(1, 64, 56, 56, 64, epi=("relu",))
     space = CONV.space(wl)
     assert {k.name for k in space.knobs if k.code_shape} == {"algo", "vec", "regtile", "order", "tile_code"}
-    assert len({space.code_key(c) for c in space}) <= 72   # compiles a tuner may need per geometry
+    # compiles a tuner may need per geometry (AVX-512: + 2 wide vector-IR blocked tiles x 2 orders, < 1 s each)
+    assert len({space.code_key(c) for c in space}) <= 76
     with pytest.raises(ConfigError, match="tile_code='slp'"):
-        space.validate({**CONV.default_config(wl).to_json(), "algo": "direct", "tile_code": "vec8"})
+        space.validate({**CONV.default_config(wl).to_json(), "algo": "direct", "tile_code": space.knobs[-2].options[1]})
     with pytest.raises(ConfigError, match="vec='oc'"):
         space.validate({**CONV.default_config(wl).to_json(), "algo": "blocked", "vec": "px"})
-    recorded = {k: v for k, v in CONV.default_config(wl).to_json().items() if k != "tile_code"}
+    recorded = {**{k: v for k, v in CONV.default_config(wl).to_json().items() if k != "tile_code"}, "regtile": "6x16"}
     assert space.validate(recorded)["tile_code"] == "slp"   # records made before the knob: as they ran
     dw = depthwise_wl(1, 32, 56, 56)
     assert {k.name for k in CONV.space(dw).knobs if k.code_shape} == {"algo", "regtile"}
@@ -251,3 +252,44 @@ def test_every_code_shape_on_one_odd_shape():
         precompile("conv2d", [(wl, c) for c in reps.values()])
         for cfg in reps.values():
             check(CONV, wl, cfg)
+
+
+AVX2 = {"vector_bits": 256, "vector_registers": 16}
+AVX512 = {"vector_bits": 512, "vector_registers": 32}
+
+
+@pytest.mark.parametrize("wl, avx2, avx512", [
+    (conv_wl(1, 64, 56, 56, 64), "6x16", "14x32"),                          # blocked, vector-IR tile
+    (conv_wl(1, 256, 14, 14, 512, s=2), "6x16", "14x32"),
+    (conv_wl(1, 24, 56, 56, 144, k=1, p=0), "4x16", "8x32"),                # 1x1: GEMM over the plane
+    (conv_wl(1, 64, 56, 56, 128, k=1, s=2, p=0), "6x16", "8x32"),           # 1x1 strided: im2col
+    (conv_wl(1, 576, 7, 7, 160, k=1, p=0), "6x16", "8x32"),                # 7x7 map: AVX2 im2col, AVX-512 in place
+    (conv_wl(1, 3, 224, 224, 64, k=7, s=2, p=3), "4x16", "8x32"),           # stem: direct
+], ids=["3x3", "3x3s2", "1x1", "1x1s2", "1x1@7", "stem"])
+def test_default_tiles_follow_the_vector_shape(wl, avx2, avx512):
+    """AVX2's (8 lanes, 16 registers) defaults are what they were; AVX-512's (16, 32) fill its 32
+    registers (28 accumulators of the blocked tile, 16 of the pixel tiles), in its own space only."""
+    for target, tile in ((AVX2, avx2), (AVX512, avx512)):
+        cfg = CONV.default_config(wl, target)
+        assert cfg["regtile"] == tile and CONV.space(wl, target).validate(cfg) == cfg
+        if wl.inputs[0]["shape"][2] == 7:
+            assert cfg["algo"] == ("im2col" if target is AVX2 else "direct")
+        if cfg["algo"] == "blocked":
+            assert cfg["tile_code"] == f"vec{target['vector_bits'] // 32}"
+    wide = {"12x32", "14x32"}
+    assert not wide & set(next(k for k in CONV.space(wl, AVX2).knobs if k.name == "regtile").options)
+
+
+@pytest.mark.parametrize("geo, cin, cout, tile", [
+    (dict(k=3, s=1, p=1), 29, 45, "14x32"),     # 14 pixels cross rows of 11; a partial OC tile
+    (dict(k=3, s=2, p=1), 20, 70, "12x32"),     # stride 2: one call per phase plane
+    (dict(k=1, s=2, p=0), 17, 33, "14x32"),
+])
+def test_avx512_blocked_tiles_match_numpy(geo, cin, cout, tile):
+    """The AVX-512 space's wide blocked tiles (vec16) on odd planes and channel counts (LLVM splits
+    the vectors where the machine has narrower ones, so this runs everywhere)."""
+    wl = conv_wl(1, cin, 9, 11, cout, epi=("res", "relu"), bias=False, **geo)
+    cfg = CONV.space(wl, AVX512).validate({**CONV.default_config(wl, AVX512).to_json(), "algo": "blocked",
+                                           "vec": "oc", "regtile": tile, "tile_code": "vec16", "KC": 2, "PB": 2})
+    assert "tile_fma(" in render(CONV.lower(wl, cfg).module)
+    check(CONV, wl, cfg)

@@ -49,8 +49,8 @@ from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Buffer, Call, In, Launch, Out, Packed, Repeat, Scalar, Table, Var, Work
 from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param, unflatten
-from schedules.microkernel import (F0, k_range, register_epilogue, register_tile, register_tile_in_place, tile_codes,
-                                   tile_lanes, unsigned)
+from schedules.microkernel import (F0, k_range, register_epilogue, register_tile, register_tile_in_place, pick_tiles,
+                                   tile_codes, tile_lanes, unsigned, vector_shape)
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
@@ -62,10 +62,27 @@ from schedules.templates.conv2d_depthwise import DWB_TILES, conv_depthwise, conv
 # with LLVM's prefer-256-bit) 4x16, 6x16 and 4x24 keep 8-12 accumulators in registers; 8x16 and
 # 4x32 need 16 and spill there (3.5x slower, measured), but fit 32 zmm registers
 REG_TILES = ("4x16", "6x16", "4x24", "8x16", "4x32", "8x32")
+# per vector shape ((lanes, registers): `schedules.microkernel.vector_shape`, `pick_tiles`): AVX-512's
+# 32 zmm registers hold up to 28 accumulators of the vector-IR blocked tile (NR a multiple of 16)
+# (only there: `_blocked_vectors_along_channels`; 6x48, 4x64 and 6x64 were no faster than 8x32, measured)
+REG_TILES_BY_SHAPE = {(8, 16): REG_TILES, (16, 32): REG_TILES + ("12x32", "14x32")}
+# the untuned blocked conv's vector-IR tile per vector shape: AVX2 6x16 (12 ymm accumulators);
+# AVX-512 14x32 (28 zmm accumulators, 2 weight vectors + 14 broadcasts per 28 FMAs): 1.2-1.5x
+# faster than 6x16 (one zmm per pixel: broadcast-bound) on ResNet-18's 3x3 convs, 1.00-1.07x
+# faster than 8x32, 12x32, 6x48, 4x64, 6x64 (Zen 5, experiments/bench_conv.md, 2026-12-02)
+BLOCKED_TILE = {(8, 16): "6x16", (16, 32): "14x32"}
+# the untuned tiles with vectors along the pixels (output channels x pixels, SLP): (1x1 stride-1
+# GEMM over the plane, packed im2col GEMMs of 1x1 / strided convs, direct stems). AVX2: 4x16, 6x16,
+# 4x16 (8-12 ymm accumulators); AVX-512: 8x32 (16 zmm), 1.2-1.7x faster than 4x16 / 6x16 on
+# ResNet-18's 7x7/2 stem and 1x1/2 convs and MobileNetV2's 1x1 convs (Zen 5, 2026-12-02)
+PX_TILES = {(8, 16): ("4x16", "6x16", "4x16"), (16, 32): ("8x32", "8x32", "8x32")}
 DW_TILES = ("4x8", "2x16", "4x16", "2x32")     # depthwise: output rows x pixels of a row
 BLOCKS = (1, 2, 4, 8, 16)
 GEMM_1X1_PIXELS = 128     # 1x1 convs on planes of at least this many pixels read them in place (`_gemm_1x1`);
                           # on 7x7 maps (P = 49, K up to 960) im2col's packed panels were 1.4x faster
+# per vector shape: AVX-512's 8x32 tile reads 7x7 maps in place 1.2-1.6x faster than im2col's
+# (MobileNetV2's 576->160, 960->320, 320->1280 @7, Zen 5, 2026-12-02): every plane of >= 16 pixels
+GEMM_1X1_PIXELS_BY_SHAPE = {(8, 16): GEMM_1X1_PIXELS, (16, 32): 16}
 THREAD_WAKE_FLOPS = 2e6   # below this, a kernel runs single-threaded by default: waking a thread
                           # (~20 us) costs more than splitting the work saves
 
@@ -124,7 +141,7 @@ class Conv2dTemplate(Template):
         return ConfigSpace([
             Knob("algo", ("direct", "im2col", "blocked")),
             Knob("vec", ("oc", "px")),
-            Knob("regtile", REG_TILES),
+            Knob("regtile", pick_tiles(REG_TILES_BY_SHAPE, *vector_shape(target))),
             Knob("order", ("oc_px", "px_oc")),
             Knob("parallel", (True, False), code_shape=False),
             Knob("OCB", BLOCKS, code_shape=False),
@@ -163,28 +180,30 @@ class Conv2dTemplate(Template):
             return self.space(wl).validate({**base, "algo": "direct", "vec": "oc", "regtile": "4x16", "PB": 1})
         one = geo["KH"] * geo["KW"] == 1
         cg = int(wl.inputs[1]["shape"][1])
-        if one and _pointwise(geo, wl.inputs[0]["shape"][2:], (oh, ow)) and (oc <= 32 or P >= GEMM_1X1_PIXELS):
+        px_tiles = pick_tiles(PX_TILES, *vector_shape(target))
+        if one and _pointwise(geo, wl.inputs[0]["shape"][2:], (oh, ow)) and (oc <= 32 or P >= pick_tiles(GEMM_1X1_PIXELS_BY_SHAPE, *vector_shape(target))):
             # the plane read in place as a GEMM's panel (no packing), full tiles stored from
             # registers; 4 x 16 (8 accumulators: 6x16 and 4x24 spill in the unrolled k loop,
             # measured); 4 pixel tiles x 4 channel tiles a work item, pixels outside
-            return self.space(wl).validate({**base, "algo": "direct", "vec": "px", "regtile": "4x16",
+            return self.space(wl).validate({**base, "algo": "direct", "vec": "px", "regtile": px_tiles[0],
                                             "order": "px_oc", "OCB": 4})
         if not one and cg >= 16:
-            # many input channels: 8-channel blocks, 12 accumulators along the output channels;
+            # many input channels: 8-channel blocks, 12 (AVX2) or 28 (AVX-512) accumulators along the output channels;
             # pixel tiles cross rows, so tiny maps (7x7, 14x14) fill them too. The vector-IR tile
             # (one call per tile, the accumulators in registers over the whole reduction): per
             # work item one weight panel x 16 pixel tiles (the panel reused from L1/L2); the SLP
             # tile: 4 pixel tiles x 4 panels, pixels outside (experiments/bench_conv.md)
+            tile = pick_tiles(BLOCKED_TILE, *vector_shape(target)) if DEFAULT_VECTOR_IR else "6x16"
             blocks = {"order": "oc_px", "OCB": 1, "PB": 16} if DEFAULT_VECTOR_IR else \
                 {"order": "px_oc", "OCB": 4, "PB": 4}
-            return self.space(wl, target).validate({**base, "algo": "blocked", "vec": "oc", "regtile": "6x16", **blocks,
+            return self.space(wl, target).validate({**base, "algo": "blocked", "vec": "oc", "regtile": tile, **blocks,
                                                     "tile_code": tile_codes(target)[1 if DEFAULT_VECTOR_IR else 0]})
         # stems (few channels) read rows directly; 1x1 convs, strided convs and tiny maps as
-        # GEMMs over the packed plane. 4x16 / 6x16 keep the accumulators in 16 vector registers
+        # GEMMs over the packed plane. 4x16 / 6x16 keep the accumulators in 16 vector registers (PX_TILES)
         strided = geo["SW"] > 1 and cg >= 32
         algo = "im2col" if one or strided or ow < 14 else "direct"
         return self.space(wl).validate({**base, "algo": algo, "vec": "px",
-                                        "regtile": "6x16" if one or strided else "4x16"})
+                                        "regtile": px_tiles[1] if one or strided else px_tiles[2]})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         geo = _geometry(wl)
@@ -401,6 +420,8 @@ def _blocked_vectors_along_channels(values: dict) -> str | None:
         return "only the blocked algorithm has a vector-IR tile (tile_code='slp' for the others)"
     if values.get("KC", 0) and (values.get("algo") != "blocked" or values.get("tile_code", "slp") == "slp"):
         return "only the blocked algorithm's vector-IR tile splits its reduction (KC=0 for the others)"
+    if values.get("regtile") not in REG_TILES and (values.get("algo") != "blocked" or values.get("tile_code", "slp") == "slp"):
+        return "the wide AVX-512 tiles are for the vector-IR blocked tile only (its 32 registers; SLP code spills)"
     return None
 
 

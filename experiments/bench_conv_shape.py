@@ -1,0 +1,80 @@
+"""Before/after of the conv2d defaults' tiles per vector shape (schedules/templates/conv2d.py
+BLOCKED_TILE, PX_TILES, GEMM_1X1_PIXELS_BY_SHAPE): per non-depthwise ResNet-18 / MobileNetV2 layer, the default config with
+AVX2's (8, 16) tiles (what every machine ran before) vs the default for this machine's vector shape
+vs onnxruntime, interleaved rounds, 1 thread, CPU time of the calling thread, medians.
+
+Run: python experiments/bench_conv_shape.py [--rounds 5] [--only SUBSTR,...] [--threads 1]"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from codegen import compile_kernel  # noqa: E402
+from codegen.backend import get_backend  # noqa: E402
+from experiments.bench_conv import LAYERS, _short, clock_for, ort_session, timeit  # noqa: E402
+from ir.settings import Settings, use  # noqa: E402
+from schedules import get_template  # noqa: E402
+from schedules.microkernel import tile_codes, vector_shape  # noqa: E402
+from tests.template_cases import conv_wl, precompile  # noqa: E402
+
+
+def before(conv, wl):
+    """What the defaults ran here before they followed the vector shape: the config for AVX2's
+    (8 lanes, 16 registers), its blocked tile as this machine's vector-IR code."""
+    cfg = conv.default_config(wl, {"vector_bits": 256, "vector_registers": 16}).to_json()
+    if cfg.get("tile_code", "slp") != "slp":
+        cfg["tile_code"] = tile_codes()[1]
+    return conv.space(wl).validate(cfg)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    use(Settings.from_env())
+    conv = get_template("conv2d")
+    backend = get_backend(None, Settings.from_env().with_(threads=args.threads))
+    layers = []
+    for net, c, h, oc, k, s, p, g in LAYERS:
+        label = f"{c}->{oc} {k}x{k}/{s} @{h}"
+        if g == 1 and net != "MobileNetV3" and (not args.only or any(o in label for o in args.only.split(","))):
+            wl = conv_wl(1, c, h, h, oc, k=k, s=s, p=p, epi=("relu",))
+            layers.append((net, label, (c, h, oc, k, s, p), wl, before(conv, wl), conv.default_config(wl)))
+    precompile("conv2d", [(wl, cfg) for *_, wl, b, a in layers for cfg in (b, a)])
+    print(f"vector shape {vector_shape()}, {args.threads} thread(s), load {os.getloadavg()[0]:.1f}", flush=True)
+    print("| layer | net | before ms | after ms | ORT ms | before vs ORT | after vs ORT | after / before | before | after |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |", flush=True)
+    clock = clock_for(args.threads)
+    for net, label, (c, h, oc, k, s, p), wl, b, a in layers:
+        arrays = wl.random_inputs(0)
+        y = np.empty(wl.output_shape, np.float32)
+        runs = {}
+        for name, cfg in (("before", b), ("after", a)):
+            runs[name] = compile_kernel(conv, wl, cfg).bind([None, arrays[1], arrays[2]], backend)
+            runs[name](arrays, y)
+            np.testing.assert_allclose(y, wl.reference(arrays), rtol=1e-3, atol=1e-3)
+        sess = ort_session(c, h, oc, k, s, p, 1, arrays[1], arrays[2], args.threads)
+        fns = {"before": lambda: runs["before"](arrays, y), "after": lambda: runs["after"](arrays, y),
+               "ort": lambda: sess.run(None, {"x": arrays[0]})}
+        times = {n: [] for n in fns}
+        for _ in range(args.rounds):
+            for n, fn in fns.items():
+                times[n] += timeit(fn, repeat=3, clock=clock)
+        m = {n: statistics.median(v) for n, v in times.items()}
+        print(f"| {label} | {net} | {m['before'] * 1e3:.3f} | {m['after'] * 1e3:.3f} | {m['ort'] * 1e3:.3f} | "
+              f"{m['ort'] / m['before']:.2f}x | {m['ort'] / m['after']:.2f}x | {m['before'] / m['after']:.2f}x | "
+              f"{_short(b)} | {_short(a)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

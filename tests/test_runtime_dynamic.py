@@ -25,7 +25,7 @@ except ImportError:
     from helpers import dense_model
 
 TUNED_BATCH = 8
-CFG = {"regtile": "4x8", "order": "ji", "parallel": False, "MB": 2, "NB": 2, "KB": 32, "tile_code": "slp"}
+CFG = {"regtile": "4x16", "order": "ji", "parallel": False, "MB": 2, "NB": 2, "KB": 32, "tile_code": "slp"}
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from schedules.space import ConfigSpace, Knob
 from tests.helpers import dense_model
 
 BATCH = 8
-CFG = {"regtile": "4x8", "order": "ji", "parallel": False, "MB": 2, "NB": 2, "KB": 32, "tile_code": "slp"}
+CFG = {"regtile": "4x16", "order": "ji", "parallel": False, "MB": 2, "NB": 2, "KB": 32, "tile_code": "slp"}
 
 
 # -- ConfigSpace: type-exact ------------------------------------------------------------------

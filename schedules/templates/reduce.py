@@ -227,7 +227,7 @@ def _row_inputs(wl: Workload, k: int) -> list[str]:
 
 class ReduceTemplate(Template):
     name = "reduce"
-    version = 5
+    version = 6
 
     def matches(self, wl: Workload) -> bool:
         p = _plan(wl)
@@ -443,16 +443,19 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False, one_pas
         row = [lambda st: st, second_row][:n]
         stats, norm, first = [], [], []
         for u, (x, mv) in enumerate(zip(sfx, row)):
-            first += [Assign(f"c{u}", "0"), *mv(value(u)), Assign(f"k{x}", f"v{u}"), Assign(f"s{x}", F0),
-                      Assign(f"q{x}", F0)]
+            # the sums in float64: var = E[d^2] - E[d]^2 cancels up to L-fold where the shift k is the
+            # row's outlier (a float32 q of 32 lanes on AVX-512 put 1e-4 of relative error into var)
+            first += [Assign(f"c{u}", "0"), *mv(value(u)), Assign(f"k{x}", f"v{u}"), Assign(f"s{x}", "np.float64(0.0)"),
+                      Assign(f"q{x}", "np.float64(0.0)")]
             stats += [*((Assign(f"c{u}", "c0"),) if u else ()), *mv(value(u) + keep(u)),
-                      Assign(f"d{u}", f"v{u} - k{x}"), Assign(f"s{x}", f"d{u}", "+"), Assign(f"q{x}", f"d{u} * d{u}", "+")]
+                      Assign(f"d{u}", f"np.float64(v{u} - k{x})"), Assign(f"s{x}", f"d{u}", "+"),
+                      Assign(f"q{x}", f"d{u} * d{u}", "+")]
             norm += [*((Assign(f"c{u}", "c0"),) if u else ()), *mv(read(u)),
                      Assign(mv((Assign(out_at(u), ""),))[0].target, f"(v{u} - mean{x}) * inv{x} * g + b")]
         fin = []
         for x in sfx:
-            fin += [Assign(f"ms{x}", f"s{x} / np.float32(L)"), Assign(f"mean{x}", f"k{x} + ms{x}"),
-                    Assign(f"var{x}", f"max(q{x} / np.float32(L) - ms{x} * ms{x}, {F0})"),
+            fin += [Assign(f"ms{x}", f"s{x} / np.float64(L)"), Assign(f"mean{x}", f"np.float32(k{x} + ms{x})"),
+                    Assign(f"var{x}", f"np.float32(max(q{x} / np.float64(L) - ms{x} * ms{x}, 0.0))"),
                     Assign(f"inv{x}", f"np.float32(1.0) / np.float32(math.sqrt(var{x} + eps))")]
         return [*first, row_pass(tuple(stats)), *fin,
                 row_pass((Assign("g", "scale[np.uint64(c0)]"), Assign("b", "shift[np.uint64(c0)]"), *norm))]

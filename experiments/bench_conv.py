@@ -262,6 +262,28 @@ def _plane_default(wl, par: bool):
     return {"algo": "depthwise", "regtile": tile, "parallel": par, "PB": 1}
 
 
+def before_after_times(conv, wl, old, new, backend, geometry: tuple, threads: int, rounds: int, clock) -> dict:
+    """{"before", "after", "ort": seconds of each batch}: the two configs of `wl` (each checked
+    against the reference) and onnxruntime on the conv `geometry` (c, h, oc, k, s, p, g), timed
+    in `rounds` interleaved rounds of 3 batches."""
+    c, h, oc, k, s, p, g = geometry
+    arrays = wl.random_inputs(0)
+    y = np.empty(wl.output_shape, np.float32)
+    runs = {}
+    for name, cfg in (("before", old), ("after", new)):
+        runs[name] = compile_kernel(conv, wl, cfg).bind([None, arrays[1], arrays[2]], backend)
+        runs[name](arrays, y)
+        np.testing.assert_allclose(y, wl.reference(arrays), rtol=1e-3, atol=1e-3)
+    sess = ort_session(c, h, oc, k, s, p, g, arrays[1], arrays[2], threads)
+    fns = {"before": lambda: runs["before"](arrays, y), "after": lambda: runs["after"](arrays, y),
+           "ort": lambda: sess.run(None, {"x": arrays[0]})}
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name] += timeit(fn, repeat=3, clock=clock)
+    return times
+
+
 def depthwise_before_after(out: Path, rounds: int):
     """Per depthwise layer, 1 thread (CPU time of the calling thread): the old default, the
     default, onnxruntime, timed in `rounds` interleaved rounds; medians and fastest batches."""
@@ -277,20 +299,7 @@ def depthwise_before_after(out: Path, rounds: int):
              "| after / before | fastest: before, after vs ORT | before config | after config |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for (net, c, h, oc, k, s, p, g), wl, (old, new) in zip(layers, wls, cfgs):
-        arrays = wl.random_inputs(0)
-        y = np.empty(wl.output_shape, np.float32)
-        runs = {}
-        for name, cfg in (("before", old), ("after", new)):
-            runs[name] = compile_kernel(conv, wl, cfg).bind([None, arrays[1], arrays[2]], backend)
-            runs[name](arrays, y)
-            np.testing.assert_allclose(y, wl.reference(arrays), rtol=1e-3, atol=1e-3)
-        sess = ort_session(c, h, oc, k, s, p, g, arrays[1], arrays[2], 1)
-        fns = {"before": lambda: runs["before"](arrays, y), "after": lambda: runs["after"](arrays, y),
-               "ort": lambda: sess.run(None, {"x": arrays[0]})}
-        times = {name: [] for name in fns}
-        for _ in range(rounds):
-            for name, fn in fns.items():
-                times[name] += timeit(fn, repeat=3, clock=time.thread_time)
+        times = before_after_times(conv, wl, old, new, backend, (c, h, oc, k, s, p, g), 1, rounds, time.thread_time)
         med = {name: statistics.median(v) for name, v in times.items()}
         low = {name: min(v) for name, v in times.items()}
         label = f"dw {c}->{oc} {k}x{k}/{s} @{h}"

@@ -15,11 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
 
-from codegen import compile_kernel  # noqa: E402
 from codegen.backend import get_backend  # noqa: E402
-from experiments.bench_conv import LAYERS, _short, clock_for, ort_session, timeit  # noqa: E402
+from experiments.bench_conv import LAYERS, _short, before_after_times, clock_for  # noqa: E402
 from ir.settings import Settings, use  # noqa: E402
 from schedules import get_template  # noqa: E402
 from schedules.microkernel import tile_codes, vector_shape  # noqa: E402
@@ -56,20 +54,7 @@ def main():
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |", flush=True)
     clock = clock_for(args.threads)
     for net, label, (c, h, oc, k, s, p), wl, b, a in layers:
-        arrays = wl.random_inputs(0)
-        y = np.empty(wl.output_shape, np.float32)
-        runs = {}
-        for name, cfg in (("before", b), ("after", a)):
-            runs[name] = compile_kernel(conv, wl, cfg).bind([None, arrays[1], arrays[2]], backend)
-            runs[name](arrays, y)
-            np.testing.assert_allclose(y, wl.reference(arrays), rtol=1e-3, atol=1e-3)
-        sess = ort_session(c, h, oc, k, s, p, 1, arrays[1], arrays[2], args.threads)
-        fns = {"before": lambda: runs["before"](arrays, y), "after": lambda: runs["after"](arrays, y),
-               "ort": lambda: sess.run(None, {"x": arrays[0]})}
-        times = {n: [] for n in fns}
-        for _ in range(args.rounds):
-            for n, fn in fns.items():
-                times[n] += timeit(fn, repeat=3, clock=clock)
+        times = before_after_times(conv, wl, b, a, backend, (c, h, oc, k, s, p, 1), args.threads, args.rounds, clock)
         m = {n: statistics.median(v) for n, v in times.items()}
         print(f"| {label} | {net} | {m['before'] * 1e3:.3f} | {m['after'] * 1e3:.3f} | {m['ort'] * 1e3:.3f} | "
               f"{m['ort'] / m['before']:.2f}x | {m['ort'] / m['after']:.2f}x | {m['before'] / m['after']:.2f}x | "

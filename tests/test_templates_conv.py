@@ -242,6 +242,31 @@ def test_pointwise_direct_px_is_a_gemm_stored_from_registers():
     assert (CONV.default_config(big)["algo"], CONV.default_config(big)["vec"]) == ("direct", "px"), \
         "expand convs of few input channels read the plane in place"
 
+
+def test_strided_pointwise_direct_px_subsamples_then_runs_the_gemm():
+    """1x1 convs of stride 2 and 3 without pads, vectors along the pixels: the pixels read are
+    copied into a contiguous plane (`_subsample`, 1/S^2 of the input) that the 1x1 GEMM reads;
+    odd planes whose last row and column are not read, partial channel and pixel tiles, a
+    residual, groups, and a per-channel scale (not on the accumulators: the phase-split kernel)."""
+    cases = [
+        (conv_wl(1, 5, 9, 11, 13, k=1, s=2, p=0, epi=("res", "relu")), True),    # 5x6 output: P = 30
+        (conv_wl(2, 6, 14, 13, 10, k=1, s=3, p=0, g=2, bias=False), True),       # 5x5: the last tile overlaps
+        (conv_wl(1, 7, 8, 8, 9, k=1, s=2, p=0, epi=("relu",)), True),            # P = 16: one full pixel tile
+        (conv_wl(1, 4, 9, 7, 8, k=1, s=2, p=0, epi=("chan", "relu")), False),
+    ]
+    cfgs = [(wl, config(wl, algo="direct", vec="px", regtile="4x16", order="px_oc", OCB=ocb, PB=pb, parallel=pb > 1))
+            for wl, _ in cases for ocb, pb in ((1, 1), (4, 2))]
+    precompile("conv2d", cfgs)
+    for (wl, cfg), (_, gathered) in zip(cfgs, [c for c in cases for _ in range(2)]):
+        steps = [s.function for s in CONV.lower(wl, cfg).launch.steps]
+        assert (steps == ["subsample", "conv"]) == gathered, steps
+        check(CONV, wl, cfg)
+    # the strided 1x1 convs of ResNet-18 run it untuned
+    assert CONV.lower(conv_wl(1, 64, 56, 56, 128, k=1, s=2, p=0, epi=("relu",)),
+                      CONV.default_config(conv_wl(1, 64, 56, 56, 128, k=1, s=2, p=0, epi=("relu",)))).launch.steps[0].function \
+        == "subsample"
+
+
 @pytest.mark.slow
 def test_every_code_shape_on_one_odd_shape():
     for wl in (conv_wl(1, 5, 9, 11, 37, k=3, s=2, p=1, epi=("res", "relu")), depthwise_wl(1, 5, 9, 11, s=2, p=1)):
@@ -262,17 +287,18 @@ AVX512 = {"vector_bits": 512, "vector_registers": 32}
     (conv_wl(1, 64, 56, 56, 64), "6x16", "14x32"),                          # blocked, vector-IR tile
     (conv_wl(1, 256, 14, 14, 512, s=2), "6x16", "14x32"),
     (conv_wl(1, 24, 56, 56, 144, k=1, p=0), "4x16", "8x32"),                # 1x1: GEMM over the plane
-    (conv_wl(1, 64, 56, 56, 128, k=1, s=2, p=0), "6x16", "8x32"),           # 1x1 strided: im2col
+    (conv_wl(1, 64, 56, 56, 128, k=1, s=2, p=0), "4x16", "8x32"),           # 1x1 strided: GEMM over the subsampled plane
+    (conv_wl(1, 256, 14, 14, 512, k=1, s=2, p=0), "6x16", "8x32"),          # 7x7 output: AVX2 im2col, AVX-512 subsampled
     (conv_wl(1, 576, 7, 7, 160, k=1, p=0), "6x16", "8x32"),                # 7x7 map: AVX2 im2col, AVX-512 in place
     (conv_wl(1, 3, 224, 224, 64, k=7, s=2, p=3), "4x16", "8x32"),           # stem: direct
-], ids=["3x3", "3x3s2", "1x1", "1x1s2", "1x1@7", "stem"])
+], ids=["3x3", "3x3s2", "1x1", "1x1s2", "1x1s2@7", "1x1@7", "stem"])
 def test_default_tiles_follow_the_vector_shape(wl, avx2, avx512):
     """AVX2's (8 lanes, 16 registers) defaults are what they were; AVX-512's (16, 32) fill its 32
     registers (28 accumulators of the blocked tile, 16 of the pixel tiles), in its own space only."""
     for target, tile in ((AVX2, avx2), (AVX512, avx512)):
         cfg = CONV.default_config(wl, target)
         assert cfg["regtile"] == tile and CONV.space(wl, target).validate(cfg) == cfg
-        if wl.inputs[0]["shape"][2] == 7:
+        if wl.inputs[1]["shape"][2] == 1 and wl.output_shape[2] == 7:   # 1x1 convs of 7x7 outputs
             assert cfg["algo"] == ("im2col" if target is AVX2 else "direct")
         if cfg["algo"] == "blocked":
             assert cfg["tile_code"] == f"vec{target['vector_bits'] // 32}"

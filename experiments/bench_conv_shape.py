@@ -3,7 +3,11 @@ BLOCKED_TILE, PX_TILES, GEMM_1X1_PIXELS_BY_SHAPE): per non-depthwise ResNet-18 /
 AVX2's (8, 16) tiles (what every machine ran before) vs the default for this machine's vector shape
 vs onnxruntime, interleaved rounds, 1 thread, CPU time of the calling thread, medians.
 
-Run: python experiments/bench_conv_shape.py [--rounds 5] [--only SUBSTR,...] [--threads 1]"""
+`--before KNOB=VALUE,...`: *before* is the default config with these knobs instead (e.g. the
+im2col config that 1x1 stride-2 convs ran by default until conv2d v6:
+`--only 1x1/2 --before algo=im2col,order=oc_px,OCB=1`).
+
+Run: python experiments/bench_conv_shape.py [--rounds 5] [--only SUBSTR,...] [--threads 1] [--before ...]"""
 from __future__ import annotations
 
 import argparse
@@ -33,11 +37,19 @@ def before(conv, wl):
     return conv.space(wl).validate(cfg)
 
 
+def overridden(conv, wl, knobs: str):
+    """The default config of `wl` with `knobs` ("name=value,...": ints as ints) over it."""
+    values = dict(kv.split("=", 1) for kv in knobs.split(","))
+    return conv.space(wl).validate({**conv.default_config(wl).to_json(),
+                                    **{k: int(v) if v.isdigit() else v for k, v in values.items()}})
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", default="")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--before", default="", help="KNOB=VALUE,...: before = the default with these knobs")
     args = ap.parse_args()
     use(Settings.from_env())
     conv = get_template("conv2d")
@@ -47,7 +59,8 @@ def main():
         label = f"{c}->{oc} {k}x{k}/{s} @{h}"
         if g == 1 and net != "MobileNetV3" and (not args.only or any(o in label for o in args.only.split(","))):
             wl = conv_wl(1, c, h, h, oc, k=k, s=s, p=p, epi=("relu",))
-            layers.append((net, label, (c, h, oc, k, s, p), wl, before(conv, wl), conv.default_config(wl)))
+            old = overridden(conv, wl, args.before) if args.before else before(conv, wl)
+            layers.append((net, label, (c, h, oc, k, s, p), wl, old, conv.default_config(wl)))
     precompile("conv2d", [(wl, cfg) for *_, wl, b, a in layers for cfg in (b, a)])
     print(f"vector shape {vector_shape()}, {args.threads} thread(s), load {os.getloadavg()[0]:.1f}", flush=True)
     print("| layer | net | before ms | after ms | ORT ms | before vs ORT | after vs ORT | after / before | before | after |")

@@ -267,6 +267,26 @@ def test_strided_pointwise_direct_px_subsamples_then_runs_the_gemm():
         == "subsample"
 
 
+def test_direct_px_stores_from_registers_with_a_half_tile_at_a_rows_end():
+    """The direct kernel with vectors along the pixels (stems: few input channels, taps grouped
+    by the input row's phase): rows that end in a half tile (moved left to the row's end, or,
+    with a residual, partial), rows narrower than a tile, strides 2 and 3 with dilation 2, pads,
+    partial channel tiles, and a per-channel scale (not on the accumulators: stored through `ct`)."""
+    cases = [
+        (conv_wl(1, 3, 23, 45, 13, k=7, s=2, p=3, epi=("relu",)), "4x16", True),       # OW 23: 16 + a half at 15
+        (conv_wl(2, 3, 17, 40, 9, k=3, s=2, p=1, epi=("res", "relu")), "4x16", True),  # OW 20: 16 + 4 of a half
+        (conv_wl(1, 2, 13, 29, 6, k=3, s=3, p=2, d=2, bias=False), "4x16", True),      # OW 10: one partial tile
+        (conv_wl(1, 3, 30, 111, 11, k=3, s=2, p=1, epi=("relu",)), "8x32", True),      # OW 56: 32 + a half at 40
+        (conv_wl(1, 3, 12, 15, 8, k=3, s=1, p=1, epi=("chan", "relu")), "4x16", False),
+    ]
+    cfgs = [(wl, config(wl, algo="direct", vec="px", regtile=t, order=o, OCB=ocb, PB=pb, parallel=pb > 1))
+            for wl, t, _ in cases for o, ocb, pb in (("oc_px", 1, 1), ("px_oc", 2, 4))]
+    precompile("conv2d", cfgs)
+    for (wl, cfg), (_, _, in_place) in zip(cfgs, [c for c in cases for _ in range(2)]):
+        assert ("og[np.uint64(oc0" in render(CONV.lower(wl, cfg).module)) == in_place
+        check(CONV, wl, cfg)
+
+
 @pytest.mark.slow
 def test_every_code_shape_on_one_odd_shape():
     for wl in (conv_wl(1, 5, 9, 11, 37, k=3, s=2, p=1, epi=("res", "relu")), depthwise_wl(1, 5, 9, 11, s=2, p=1)):

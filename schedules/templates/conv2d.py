@@ -14,7 +14,9 @@ panels); a register tile of scalar locals is SLP-vectorized along one of its axe
 Algorithms (`algo`):
 
 - `direct`: the tile's pixels are neighbours in one output row, read straight from
-  the input (no packing of activations);
+  the input (no packing of activations); with vectors along the pixels, full tiles are
+  stored from registers and a row's last pixels may take a half-width tile (stems);
+  a strided 1x1 conv copies the pixels it reads into a plane first and runs as a 1x1 GEMM;
 - `im2col`: pixels of the flattened output plane are packed into `Ap[tile, k, 0:T]`
   panels first (tiles cross rows, so narrow late layers waste no lanes; a strided
   1x1 conv becomes a gather into the panel plus a GEMM);
@@ -113,7 +115,8 @@ class Conv2dTemplate(Template):
     name = "conv2d"
     version = 6   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`; v4: `dw_blocked`;
                   # v5: dw_blocked pads per band of rows in its kernel, 1x1 direct px stores from registers;
-                  # v6: strided 1x1 direct px: subsampled plane + the 1x1 GEMM
+                  # v6: strided 1x1 direct px: subsampled plane + the 1x1 GEMM; direct px: unsigned reads, full
+                  # tiles stored from registers, a half tile for a row's last pixels, taps grouped by phase
 
     def matches(self, wl: Workload) -> bool:
         if not wl.ops or wl.ops[0]["op"] != "Conv" or wl.ops[0]["in"][:2] != ["i0", "i1"]:
@@ -265,7 +268,7 @@ class Conv2dTemplate(Template):
             steps.insert(0, pack_w)
         w = pack_w.args[1]
         if algo == "direct":
-            steps.append(Call("conv", (x, w, bias, *extras, Out((N, OC, OH, OW)),
+            steps.append(Call("conv", (x, w, bias, *extras, Out((N, OC, OH * OW)),
                                        *(Scalar(v) for v in (N, C, OC, G, OH, OW, OCB, PB))),
                               items=N * G * n_ob * -(-OH // PB), parallel=par))
         else:
@@ -615,31 +618,75 @@ def _direct(mr: int, nr: int, vec: str, order: str, geo: dict, epi: Epilogue) ->
 
     if vec == "oc":
         tp = mr
-        store = _store_oc(nr, epi, (Assign("ow", "ow0 + r"), Assign("ok", "ow < OW")), "out[n, oc, oh, ow]")
+        store = _store_oc(nr, epi, (Assign("ow", "ow0 + r"), Assign("ok", "ow < OW")), "out[n, oc, oh * OW + ow]")
         a_load, b_load = (lambda r: f"xq[j0 + {r}]"), (lambda q: f"Wk[k, {q}]")
         what = f"{mr}x{nr} register tile (pixels x output channels), SLP-vectorized along channels"
     else:
         tp = nr
-        store = _store_px(mr, nr, epi, "out[n, oc, oh]", "ow0", f"min({nr}, OW - ow0)", "oh * OW + pq")
+        store = _store_px(mr, nr, epi, "out[n, oc]", "oh * OW + ow0", f"min({nr}, OW - ow0)", "pq")
         a_load, b_load = (lambda r: f"Wk[k, {r}]"), (lambda q: f"xq[j0 + {q}]")
         what = f"{mr}x{nr} register tile (output channels x pixels), SLP-vectorized along pixels"
-    tile = (Assign("ow0", f"owt * {tp}"), Assign("Wk", "Wp[g, oct]")) + register_tile(
-        mr, nr, a_load, b_load, k_loops, store, comment=what)
+    in_place = vec == "px" and nr % 2 == 0 and _gemm_1x1_epilogue(epi, mr, nr) is not None
+    tile = _direct_px_in_place(mr, nr, geo, epi) if in_place else \
+        (Assign("ow0", f"owt * {tp}"), Assign("Wk", "Wp[g, oct]")) + register_tile(mr, nr, a_load, b_load, k_loops, store,
+                                                                               comment=what)
     tc = nr if vec == "oc" else mr
     body = (
         Assign("Cg", "C // G"), Assign("OCg", "OC // G"),
         Assign("n_oct", f"(OCg + {tc - 1}) // {tc}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),
         Assign("n_owt", f"(OW + {tp - 1}) // {tp}"), Assign("n_hb", "(OH + PB - 1) // PB"),
+        *(Assign(f"u{q}", f"np.uint64({q})") for q in (range(max(mr, nr)) if in_place else ())),
         Alloc("ct", (str(mr), str(nr))),
         For("it", "t", "N * G * n_ob * n_hb", step="T", body=(
             *unflatten("it", (("hb", "n_hb"), ("ob", "n_ob"), ("g", "G")), "n"),
+            Assign("og", "out[n]"), Assign("un", "np.uint64(n)"), Assign("ug", "np.uint64(g)"),
             For("oh", "hb * PB", "min(OH, hb * PB + PB)",
                 _tile_loops(order, ("owt", "0", "n_owt"), tile)),
         )),
     )
-    params = _params(epi, (Param("Xp", "float32[:, :, :, :, ::1]"),)) + tuple(
+    params = _params(epi, (Param("Xp", "float32[:, :, :, :, ::1]"),), "float32[:, :, ::1]") + tuple(
         Param(n, "int64") for n in ("N", "C", "OC", "G", "OH", "OW", "OCB", "PB", "t", "T"))
     return Function("conv", params, body)
+
+
+def _direct_px_in_place(mr: int, nr: int, geo: dict, epi: Epilogue) -> tuple:
+    """The direct kernel's channels x pixels tile (pixels ow0 .. of one output row) read at
+    unsigned indices of Xp and Wp (no views per tap: with few input channels, stems, the taps
+    are the loop) and, where it lies inside the output, stored from its accumulators with bias
+    and epilogue applied there (`register_tile_in_place`; through `ct` the store cost as much
+    as a 3-channel stem's FMAs). A row's last pixels that fit half a tile run a MR x NR/2 tile
+    (112-pixel rows: 3 full tiles and a half, not 4 with 16 pixels computed twice). Without
+    extras a row's last tile moves left to end at the row's end, so rows of at least NR pixels
+    store full tiles only."""
+    g = geo
+    a_load = lambda r: f"Wp[ug, uoct, uk, u{r}]"           # noqa: E731
+    b_load = lambda q: f"Xp[un, uci, urow, uph, uj0 + u{q}]"  # noqa: E731
+
+    def k_loops(body):   # taps of one phase of the input row together (kw = kp, kp + SW, ...): its row is a constant
+        return (For("c", "0", "Cg", (Assign("uci", "np.uint64(g * Cg + c)"),) + (For("kh", "0", str(g["KH"]), (
+            Assign("urow", f"np.uint64(oh * {g['SH']} + kh * {g['DH']})"),
+            Assign("kb", f"(c * {g['KH']} + kh) * {g['KW']}"),
+            For("kp", "0", str(min(g["SW"], g["KW"])), (
+                Assign("uph", "np.uint64(kp)" if g["DW"] == 1 else f"np.uint64((kp * {g['DW']}) % {g['SW']})"),
+                For("i", "0", f"({g['KW']} - kp + {g['SW'] - 1}) // {g['SW']}", (
+                    Assign("kw", f"kp + i * {g['SW']}"),
+                    Assign("uj0", "np.uint64(ow0 + i)" if g["DW"] == 1 else f"np.uint64(ow0 + (kw * {g['DW']}) // {g['SW']})"),
+                    Assign("uk", "np.uint64(kb + kw)"),
+                ) + body),
+            )),
+        )),)),)
+
+    def tile(w: int) -> tuple:
+        ow0 = f"min(owt * {nr}, max(0, OW - {w}))" if not epi.extras else f"owt * {nr}"
+        return (Assign("ow0", ow0), Assign("p0", "oh * OW + ow0")) + register_tile_in_place(
+            mr, w, a_load, b_load, k_loops, "og", "oc0", "p0", full=f"oct * {mr} + {mr} <= OCg and ow0 + {w} <= OW",
+            edge_store=_store_px(mr, w, epi, "og[oc]", "p0", f"min({w}, OW - ow0)", "pq"),
+            epilogue=_gemm_1x1_epilogue(epi, mr, w),
+            comment=f"{mr}x{w} register tile (output channels x pixels of a row), SLP-vectorized along pixels, "
+                    f"stored from registers")
+    half = nr // 2
+    return (Assign("oc0", f"g * OCg + oct * {mr}"), Assign("uoct", "np.uint64(oct)"),
+            If(f"owt * {nr} + {half} >= OW and OW >= {half}", tile(half), tile(nr)))
 
 
 def _gemm_1x1_epilogue(epi: Epilogue, mr: int, nr: int):

@@ -276,6 +276,7 @@ def test_direct_px_stores_from_registers_with_a_half_tile_at_a_rows_end():
         (conv_wl(1, 3, 23, 45, 13, k=7, s=2, p=3, epi=("relu",)), "4x16", True),       # OW 23: 16 + a half at 15
         (conv_wl(2, 3, 17, 40, 9, k=3, s=2, p=1, epi=("res", "relu")), "4x16", True),  # OW 20: 16 + 4 of a half
         (conv_wl(1, 2, 13, 29, 6, k=3, s=3, p=2, d=2, bias=False), "4x16", True),      # OW 10: one partial tile
+        (conv_wl(1, 3, 11, 49, 7, k=3, s=2, p=1, epi=("relu",)), "4x16", True),        # OW 25: 9 left, a full tile at 9
         (conv_wl(1, 3, 30, 111, 11, k=3, s=2, p=1, epi=("relu",)), "8x32", True),      # OW 56: 32 + a half at 40
         (conv_wl(1, 3, 12, 15, 8, k=3, s=1, p=1, epi=("chan", "relu")), "4x16", False),
     ]

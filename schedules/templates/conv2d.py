@@ -116,7 +116,8 @@ class Conv2dTemplate(Template):
     version = 6   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`; v4: `dw_blocked`;
                   # v5: dw_blocked pads per band of rows in its kernel, 1x1 direct px stores from registers;
                   # v6: strided 1x1 direct px: subsampled plane + the 1x1 GEMM; direct px: unsigned reads, full
-                  # tiles stored from registers, a half tile for a row's last pixels, taps grouped by phase
+                  # tiles stored from registers, a half tile for a row's last pixels, taps grouped by phase;
+                  # blocked's pad writes a pixel's channel block at once
 
     def matches(self, wl: Workload) -> bool:
         if not wl.ops or wl.ops[0]["op"] != "Conv" or wl.ops[0]["in"][:2] != ["i0", "i1"]:

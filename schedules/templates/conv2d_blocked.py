@@ -86,35 +86,33 @@ def pad_blocked(s: int, cb: int) -> Function:
     """X[N, C, H, W] into Xc[N, G * NCB, HP * S * WQ * CB]: element (ih, ph, j, ci) of block
     (g, cbk) is x[n, g * Cg + cbk * CB + ci, ih - PT, j * S + ph - PL], zero outside the input
     and past the group's channels (a workspace holds garbage, so every element is written).
-    Thread t of T writes blocks t, t+T, ... Rows are read through views indexed from 0 (a
-    negative index would cost numba's wraparound test per element)."""
-    copy = "srow[jj]" if s == 1 else f"srow[jj * {s}]"
+    Thread t of T writes blocks t, t+T, ... The CB channels of a pixel are written together
+    (one vector store, read from CB input rows at unsigned indices): per channel, a store
+    every CB elements cost 10-18 % of the blocked conv's time (3x3 convs of ResNet-18, measured)."""
+    src = f"X[un, uc0 + np.uint64(ci), uh, np.uint64((j0 + jj) * {s} + ph - PL)]"
     row = (
         Assign("j0", f"min(WQ, max(0, (PL - ph + {s - 1}) // {s}))"),
         Assign("j1", f"max(j0, min(WQ, (W + PL - ph + {s - 1}) // {s}))"),
-        For("j", "0", "j0", (Assign(f"drow[j * {cb}]", F0),)),
-        Assign("d", f"drow[j0 * {cb}:]"), Assign("srow", f"xsrc[h, j0 * {s} + ph - PL:]"),
-        For("jj", "0", "j1 - j0", (Assign(f"d[jj * {cb}]", copy),)),
-        For("j", "j1", "WQ", (Assign(f"drow[j * {cb}]", F0),)),
-    )
-    plane = (
-        Assign("xsrc", "X[n, g * Cg + c]"),
-        For("ih", "0", "HP", (
-            Assign("h", "ih - PT"),
-            For("ph", "0", str(s), (
-                Assign("drow", f"xb[(ih * {s} + ph) * WQ * {cb} + ci:]"),
-                If("h >= 0 and h < H", row, (For("j", "0", "WQ", (Assign(f"drow[j * {cb}]", F0),)),)),
-            )),
-        )),
+        For("j", "0", f"j0 * {cb}", (Assign("drow[j]", F0),)),
+        Assign("d", f"drow[j0 * {cb}:]"),
+        If(f"nci == {cb}", (For("jj", "0", "j1 - j0", (For("ci", "0", str(cb), (
+            Assign(f"d[jj * {cb} + ci]", src),)),)),),
+           (For("jj", "0", "j1 - j0", (For("ci", "0", str(cb), (
+               Assign(f"d[jj * {cb} + ci]", f"{src} if ci < nci else {F0}"),)),)),)),
+        For("j", f"j1 * {cb}", f"WQ * {cb}", (Assign("drow[j]", F0),)),
     )
     body = (
         Assign("Cg", "C // G"), Assign("NB", "Xc.shape[1]"), Assign("NCB", "NB // G"),
         For("p", "t", "N * NB", step="T", body=(
             Assign("n", "p // NB"), Assign("gb", "p % NB"), Assign("g", "gb // NCB"), Assign("cbk", "gb % NCB"),
-            Assign("xb", "Xc[n, gb]"),
-            For("ci", "0", str(cb), (
-                Assign("c", f"cbk * {cb} + ci"),
-                If("c < Cg", plane, (For("q", "0", f"HP * {s} * WQ", (Assign(f"xb[q * {cb} + ci]", F0),)),)),
+            Assign("xb", "Xc[n, gb]"), Assign("un", "np.uint64(n)"), Assign("uc0", f"np.uint64(g * Cg + cbk * {cb})"),
+            Assign("nci", f"max(0, min({cb}, Cg - cbk * {cb}))"),
+            For("ih", "0", "HP", (
+                Assign("h", "ih - PT"), Assign("uh", "np.uint64(max(h, 0))"),
+                For("ph", "0", str(s), (
+                    Assign("drow", f"xb[(ih * {s} + ph) * WQ * {cb}:(ih * {s} + ph + 1) * WQ * {cb}]"),
+                    If("h >= 0 and h < H and nci > 0", row, (For("j", "0", f"WQ * {cb}", (Assign("drow[j]", F0),)),)),
+                )),
             )),
         )),
     )

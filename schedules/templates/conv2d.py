@@ -743,14 +743,15 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue) -> Function:
 
 def _subsample(sh: int, sw: int) -> Function:
     """The pixels a strided 1x1 conv without pads reads, X[n, c, oh * SH, ow * SW], into the
-    contiguous plane Xs[n, c, oh * OW + ow] that `_gemm_1x1` reads as its panel; thread t of T
-    writes planes t, t+T, ..."""
+    contiguous plane Xs[n, c, oh * OW + ow] that `_gemm_1x1` reads as its panel, at unsigned
+    indices (views per row cost more than the copy on 7x7 outputs); thread t of T writes
+    planes t, t+T, ..."""
     body = (
         For("p", "t", "N * C", step="T", body=(
-            Assign("n", "p // C"), Assign("c", "p % C"), Assign("src", "X[n, c]"), Assign("dst", "Xs[n, c]"),
+            Assign("un", "np.uint64(p // C)"), Assign("uc", "np.uint64(p % C)"),
             For("oh", "0", "OH", (
-                Assign("srow", f"src[oh * {sh}]"), Assign("d", "dst[oh * OW:]"),
-                For("ow", "0", "OW", (Assign("d[ow]", f"srow[ow * {sw}]"),)),
+                Assign("uh", f"np.uint64(oh * {sh})"), Assign("ub", "np.uint64(oh * OW)"),
+                For("ow", "0", "OW", (Assign("Xs[un, uc, ub + np.uint64(ow)]", f"X[un, uc, uh, np.uint64(ow * {sw})]"),)),
             )),
         )),
     )

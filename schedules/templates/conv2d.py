@@ -194,6 +194,12 @@ class Conv2dTemplate(Template):
             # the plane of the pixels read, copied first (`_subsample`): ResNet-18's 1x1/2
             # convs 1.1-1.45x faster than im2col's panels (AVX-512 8x32; AVX2's 4x16, LLVM's
             # haswell code on the same Xeon: 1.14-1.38x, 2026-12-02, experiments/bench_conv.md)
+            if (geo["SH"], geo["SW"]) != (1, 1) and P < 2 * _tile_dims(px_tiles[0])[1]:
+                # a strided plane of less than two pixel tiles (ResNet-18's 1x1/2 @14: 49 pixels, 64
+                # computed): pixels x channels tiles over im2col's panel (its packing is the subsample
+                # step), one channel tile over all pixels a work item: 1.15x faster (Xeon, AVX-512)
+                return self.space(wl).validate({**base, "algo": "im2col", "vec": "oc", "regtile": px_tiles[0],
+                                                "order": "oc_px", "OCB": 1, "PB": 8})
             return self.space(wl).validate({**base, "algo": "direct", "vec": "px", "regtile": px_tiles[0],
                                             "order": "px_oc", "OCB": 4})
         if not one and cg >= 16:
@@ -740,6 +746,7 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue) -> Function:
     params = _params(epi, (Param("X", "float32[:, :, ::1]"),), "float32[:, :, ::1]") + tuple(
         Param(n, "int64") for n in ("N", "C", "OC", "G", "P", "OCB", "PB", "t", "T"))
     return Function("conv", params, body)
+
 
 def _subsample(sh: int, sw: int) -> Function:
     """The pixels a strided 1x1 conv without pads reads, X[n, c, oh * SH, ow * SW], into the

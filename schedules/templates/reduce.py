@@ -508,19 +508,19 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False, one_pas
             passes = (For("j", "0", "J", (Assign("base", "rb + off[np.uint64(j)]"),) + passes),)
         body += [*init(ident), *passes, *combine({"max": "max", "min": "min", "prod": "*"}.get(kind, ""), "m")]
     if kind in ("Softmax", "LogSoftmax") and one_pass:
-        # 2^(v c - m c') with c' the float next to c = log2(e) away from zero: reassoc factors
-        # v c - m c into (v - m) c, a subtraction and a multiply where this is one FMA; the shift
-        # m c' >= m c keeps the argument <= 0, and LogSoftmax adds back what it moved the sum by
-        # (2^(m (c - c')) exactly: c - c' is one ulp)
+        # Softmax: 2^(v c - m c') with c' the float next to c = log2(e) away from zero: reassoc
+        # factors v c - m c into (v - m) c, a subtraction and a multiply where this is one FMA
+        # (Softmax does not depend on the shift; m c' >= m c keeps the argument <= 0). LogSoftmax
+        # adds the shift back: m c would round by ulp(m c) there, so it keeps (v - m) c.
         lo, hi = (f32(float(np.nextafter(np.float32(LOG2E), np.float32(d)))) for d in (0, 2))
-        body += [Assign("cm", f"{hi} if m > {F0} else {lo}"), Assign("ml", "m * cm"), Assign("s", F0),
+        cm = f"{hi} if m > {F0} else {lo}" if kind == "Softmax" else f32(LOG2E)
+        body += [Assign("cm", cm), Assign("ml", "m * cm"), Assign("s", F0),
                  row_pass(read(0) + exp_of(f"v0 * {f32(LOG2E)} - ml", reassoc=True)
                           + ((Assign(out_at(0), "e"),) if kind == "Softmax" else ()) + (Assign("s", "e", "+"),))]
         if kind == "Softmax":
             body += [Assign("inv", "np.float32(1.0) / s"), row_pass((Assign(out_at(0), "inv", "*"),))]
         else:
-            body += [Assign("ls", f"m + (np.float32(math.log(s)) - m * ({f32(LOG2E)} - cm) * {f32(math.log(2))})"),
-                     row_pass(read(0) + (Assign(out_at(0), "v0 - ls"),))]
+            body += [Assign("ls", "m + np.float32(math.log(s))"), row_pass(read(0) + (Assign(out_at(0), "v0 - ls"),))]
     elif kind in ("Softmax", "LogSoftmax"):
         # e^(v - m) = 2^(v log2(e) - m log2(e)): one FMA for the argument
         body += [Assign("ml", f"m * {f32(LOG2E)}"),

@@ -278,14 +278,30 @@ def test_an_input_of_as_many_elements_is_not_broadcast_per_call():
     assert [a.broadcast for a in args if isinstance(a, In) and a.index == 1] == [None]
 
 
+def at(a: np.ndarray, off: int) -> np.ndarray:
+    """A copy of `a` starting `off` bytes past a 64-byte boundary."""
+    raw = np.empty(a.nbytes + 128, np.uint8)
+    k = (-raw.ctypes.data) % 64 + off
+    v = raw[k:k + a.nbytes].view(a.dtype).reshape(a.shape)
+    v[...] = a
+    return v
+
+
+@pytest.mark.parametrize("off", [0, 16])
 @pytest.mark.parametrize("RB", [1, 4, 16])
-def test_one_pass_layernorm_pairs_and_an_odd_row(RB):
+def test_one_pass_layernorm_pairs_and_an_odd_row(RB, off):
     """One-pass LayerNorm normalizes rows in pairs (the second row's loads, buffer and periodic
-    inputs moved to base2, buf2, pb*b), then a block's odd row alone: 7 rows in blocks of 1, 4
-    and 16, with BERT's (s, h) and (h,) prologue inputs."""
+    inputs moved to base2, buf2, pb*b) where its rows start on cache lines, then a block's odd
+    row alone; otherwise every row alone: 7 rows in blocks of 1, 4 and 16, with BERT's (s, h) and
+    (h,) prologue inputs, their arrays and the output on a 64-byte boundary and 16 bytes past one."""
+    from codegen import compile_kernel
     from codegen.source import render
-    wl = layernorm(1, 7, 21)
+    from ir import accuracy
+    wl = layernorm(1, 7, 32)
     c = RED.space(wl).validate({**RED.default_config(wl).to_json(), "RB": RB})
     src = render(RED.lower(wl, c).module)
-    assert "base2 + c1" in src and "buf2[" in src
-    check(RED, wl, c)
+    assert "base2 + c1" in src and "buf2[" in src and "ctypes.data" in src
+    arrays = [at(a, off) for a in wl.random_inputs(0)]
+    out = at(np.zeros(wl.output_shape, np.float32), off)
+    compile_kernel(RED, wl, c).bind(arrays)(arrays, out)
+    assert accuracy.compare(out, accuracy.reference(wl, arrays), accuracy.workload_reduction(wl)).ok

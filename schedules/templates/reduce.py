@@ -31,7 +31,7 @@ from ir.ops.reduce import _axes
 from ir.workload import Workload
 from schedules.launch import Call, In, Launch, Out, Scalar, Table
 from schedules.microkernel import vector_shape
-from schedules.loopnest import Alloc, Assign, Comment, For, Function, LoopModule, Param
+from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
@@ -62,6 +62,9 @@ EXACT = ("nsz", "arcp", "contract", "afn")   # LogSumExp tests for infinite maxi
 # the rounding constant of the exp/tanh-style polynomials, see exp_build)
 REASSOC = ("nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc")
 REASSOC_SAFE = {"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Relu", "Max", "Min", "Identity"}
+# one-pass LayerNorm: a row whose E[d]^2 (d = v - v[0]) is over this many times its var, whose
+# float32 E[d^2] - E[d]^2 then cancels (1 + 3 * 8)-fold or more, is read again for sum (v - mean)^2
+SHIFT_FALLBACK = 8.0
 F0_, F1_ = "np.float32(0.0)", "np.float32(1.0)"
 KINDS = {   # kind: (identity, update of s by v, result from m of n elements)
     "sum": (F0_, "{s} + {v}", "{m}"),
@@ -227,7 +230,7 @@ def _row_inputs(wl: Workload, k: int) -> list[str]:
 
 class ReduceTemplate(Template):
     name = "reduce"
-    version = 6
+    version = 7
 
     def matches(self, wl: Workload) -> bool:
         p = _plan(wl)
@@ -339,6 +342,19 @@ def _u(index: str) -> str:
     return f"np.uint64({index})"
 
 
+I32 = "np.int32"
+
+
+def _key(b: str) -> str:
+    """The float32 bits b (an int32) as an int32 that orders as the floats do, and back (its own
+    inverse): negative floats' magnitude bits flipped. One-pass Softmax takes the row's max of
+    these: an integer max reduction, which LLVM's loop vectorizer splits into vector lanes and
+    folds as a tree; the float max is a lane-order chain of scalar maxes (the vectorizer needs
+    no-NaNs as a function attribute, which numba does not set): 32 of them per row, 1.4x of
+    Softmax 128x256's time on AVX-512."""
+    return f"{I32}({b} ^ {I32}({I32}({b} >> {I32}(31)) & {I32}(0x7FFFFFFF)))"
+
+
 def _load(ref, modes, params, slot):
     p, m = params[ref], modes[ref]
     if m == "scalar":
@@ -438,30 +454,38 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False, one_pas
 
     def ln_rows(n: int) -> list:
         """One-pass LayerNorm of n rows (1 or 2: a pair shares its loops, scale and shift loads
-        and the per-row latency of sqrt and the division, 1.2x at 256 and 1024 floats)."""
+        and the per-row latency of sqrt and the division, 1.2x at 256 and 1024 floats), in float32.
+        var = E[d^2] - E[d]^2 of d = v - v[0] cancels (1 + 3 E[d]^2 / var)-fold: where that is
+        over SHIFT_FALLBACK (the first value far out, ~0.5 % of normal rows) the row is read
+        again for the sum of (v - mean)^2 (two passes, no cancellation). float64 sums (reduce v6)
+        were 1.2-1.4x slower, and two float32 passes for every row 1.3x."""
         sfx = ["", "2"][:n]
         row = [lambda st: st, second_row][:n]
-        stats, norm, first = [], [], []
+        stats, norm, first, fin = [], [], [], []
         for u, (x, mv) in enumerate(zip(sfx, row)):
-            # the sums in float64: var = E[d^2] - E[d]^2 cancels up to L-fold where the shift k is the
-            # row's outlier (a float32 q of 32 lanes on AVX-512 put 1e-4 of relative error into var)
-            first += [Assign(f"c{u}", "0"), *mv(value(u)), Assign(f"k{x}", f"v{u}"), Assign(f"s{x}", "np.float64(0.0)"),
-                      Assign(f"q{x}", "np.float64(0.0)")]
+            first += [Assign(f"c{u}", "0"), *mv(value(u)), Assign(f"k{x}", f"v{u}"), Assign(f"s{x}", F0),
+                      Assign(f"q{x}", F0)]
             stats += [*((Assign(f"c{u}", "c0"),) if u else ()), *mv(value(u) + keep(u)),
-                      Assign(f"d{u}", f"np.float64(v{u} - k{x})"), Assign(f"s{x}", f"d{u}", "+"),
-                      Assign(f"q{x}", f"d{u} * d{u}", "+")]
+                      Assign(f"d{u}", f"v{u} - k{x}"), Assign(f"s{x}", f"d{u}", "+"), Assign(f"q{x}", f"d{u} * d{u}", "+")]
+            again = (*((Assign(f"c{u}", "c0"),) if u else ()), *mv(read(u)), Assign(f"d{u}", f"v{u} - mean{x}"),
+                     Assign(f"q{x}", f"d{u} * d{u}", "+"))
+            fin += [Assign(f"ms{x}", f"s{x} / np.float32(L)"), Assign(f"mean{x}", f"k{x} + ms{x}"),
+                    Assign(f"var{x}", f"q{x} / np.float32(L) - ms{x} * ms{x}"),
+                    If(f"ms{x} * ms{x} > np.float32({SHIFT_FALLBACK}) * var{x}",
+                       (Assign(f"q{x}", F0), row_pass(again), Assign(f"var{x}", f"q{x} / np.float32(L)"))),
+                    Assign(f"inv{x}", f"np.float32(1.0) / np.float32(math.sqrt(var{x} + eps))")]
             norm += [*((Assign(f"c{u}", "c0"),) if u else ()), *mv(read(u)),
                      Assign(mv((Assign(out_at(u), ""),))[0].target, f"(v{u} - mean{x}) * inv{x} * g + b")]
-        fin = []
-        for x in sfx:
-            fin += [Assign(f"ms{x}", f"s{x} / np.float64(L)"), Assign(f"mean{x}", f"np.float32(k{x} + ms{x})"),
-                    Assign(f"var{x}", f"np.float32(max(q{x} / np.float64(L) - ms{x} * ms{x}, 0.0))"),
-                    Assign(f"inv{x}", f"np.float32(1.0) / np.float32(math.sqrt(var{x} + eps))")]
         return [*first, row_pass(tuple(stats)), *fin,
                 row_pass((Assign("g", "scale[np.uint64(c0)]"), Assign("b", "shift[np.uint64(c0)]"), *norm))]
 
     if one_pass and kind == "LayerNormalization":
         body += ln_rows(1)
+    elif kind in ("Softmax", "LogSoftmax") and one_pass:   # the max as an integer reduction (`_key`)
+        body += [Assign("mk", f"{I32}(-2147483648)"),
+                 row_pass(value(0) + keep(0) + (Assign("b0", "np.float32(v0).view(np.int32)"),
+                                                Assign("mk", f"{I32}(max(mk, {_key('b0')}))"))),
+                 Assign("m", f"{_key('mk')}.view(np.float32)")]
     elif kind in ("Softmax", "LogSoftmax"):
         body += [*init(NEG_INF), *lane_pass(lambda u: keep(u) + (Assign(f"s{u}", f"max(s{u}, v{u})"),), value),
                  *combine("max", "m")]
@@ -484,7 +508,13 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False, one_pas
             passes = (For("j", "0", "J", (Assign("base", "rb + off[np.uint64(j)]"),) + passes),)
         body += [*init(ident), *passes, *combine({"max": "max", "min": "min", "prod": "*"}.get(kind, ""), "m")]
     if kind in ("Softmax", "LogSoftmax") and one_pass:
-        body += [Assign("ml", f"m * {f32(LOG2E)}"), Assign("s", F0),
+        # Softmax: 2^(v c - m c') with c' the float next to c = log2(e) away from zero: reassoc
+        # factors v c - m c into (v - m) c, a subtraction and a multiply where this is one FMA
+        # (Softmax does not depend on the shift; m c' >= m c keeps the argument <= 0). LogSoftmax
+        # adds the shift back: m c would round by ulp(m c) there, so it keeps (v - m) c.
+        lo, hi = (f32(float(np.nextafter(np.float32(LOG2E), np.float32(d)))) for d in (0, 2))
+        cm = f"{hi} if m > {F0} else {lo}" if kind == "Softmax" else f32(LOG2E)
+        body += [Assign("cm", cm), Assign("ml", "m * cm"), Assign("s", F0),
                  row_pass(read(0) + exp_of(f"v0 * {f32(LOG2E)} - ml", reassoc=True)
                           + ((Assign(out_at(0), "e"),) if kind == "Softmax" else ()) + (Assign("s", "e", "+"),))]
         if kind == "Softmax":
@@ -517,10 +547,16 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False, one_pas
         per_row2 = tuple(Assign(f"pb{slots[r]}b", f"((r + 1) % per[{slots[r]}]) * L")
                          for r in refs if modes[r] == "per")
         rows_loop = (Assign("r0", "blk * RB"), Assign("r1", "min(rows, blk * RB + RB)"),
-                     Assign("rm", "r0 + ((r1 - r0) // 2) * 2"),
+                     Assign("rm", "r0 + ((r1 - r0) // 2) * 2 if paired else r0"),
                      For("r", "r0", "rm", step="2", body=(Assign("base", "r * L"), Assign("base2", "base + L"))
                          + per_row + per_row2 + tuple(ln_rows(2))),
                      For("r", "rm", "r1", (Assign("base", "r * L"),) + per_row + tuple(body)))
+    if one_pass and kind == "LayerNormalization":
+        # pairs only where the rows start on cache lines: with the arrays 16 or 48 bytes past one (as
+        # np.empty's large arrays are) the pairs were 1.2-1.6x slower than single rows on AVX-512,
+        # aligned 1.15x faster (128x256, 128x1024)
+        lines = " | ".join([f"{params[r]}.ctypes.data" for r in refs if modes[r] != "scalar"] + ["out.ctypes.data"])
+        rows_loop = (Assign("paired", f"(({lines}) & 63) == 0"),) + rows_loop
     loop = (
         Assign("nv", f"(L // {lanes}) * {lanes}"),
     ) + ((Alloc("buf", ("L",)),) if cache else ()) + ((Alloc("buf2", ("L",)),) if cache and one_pass and kind == "LayerNormalization" else ()) + (

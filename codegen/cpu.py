@@ -131,14 +131,16 @@ def _host() -> dict:
 MIN_WORK_PER_THREAD = 1 << 19   # work units (FLOPs + bytes, `codegen.kernel.work_estimate`) per thread
 
 
-SPIN_S = 1e-3
-"""How long a pool thread spins (GIL released) for its next task after finishing one, and a
-caller for its workers' copies, before blocking. Long enough to cover the Python between the
-kernels of one model call, so back-to-back 2-thread kernels hand over by a memory write, not
-a wake-up (~18 µs on a 2-vCPU KVM guest, the idle vCPU halted); short enough that a spinning
-thread is gone long before `tuner.verify.settle` gives up (0.3 s) and does not share the
-cores with a 1-thread measurement for more than a millisecond. Measured in
-experiments/bench_overhead.md (2-thread handoff)."""
+SPIN_S = 5e-4
+"""How long a pool thread spins (GIL released, yielding the core between looks) for its next
+task after finishing one, and a caller for its workers' copies, before blocking. It covers
+the Python between the 2-thread kernels of one model call and between back-to-back calls,
+so those hand over by a memory write, not a wake-up (~18 µs on a 2-vCPU KVM guest, the idle
+vCPU halted): measured there (experiments/bench_overhead.md, 2-thread handoff), the gaps
+between consecutive 2-thread kernels of a call are 1-9 µs (median), 20 µs (p99), and a call's
+own entry and exit 25-30 µs (p99 50). Short, because each spin is CPU time the process
+burns idle: `tuner.verify.settle` (waits up to 0.3 s for idle threads) and a 1-thread
+candidate timed by the process's CPU clock right after a 2-thread run see at most this."""
 
 _ROW = 16   # int64 words between mailbox fields: written by different threads, kept on separate cache lines
 _GEN, _SLEEP, _DONE, _WAITER = 0, _ROW, 2 * _ROW, 3 * _ROW

@@ -117,3 +117,15 @@ def test_nested_call_from_a_copy_runs():
 
     cpu.parallel_for(outer, (), 2)
     assert all(np.array_equal(o, _serial(x, 3.0)) for o in outs)
+
+
+def test_the_blocking_pool_without_spin_gives_the_same_results(monkeypatch):
+    """What runs where `codegen.spin` is unavailable (not x86-64 Linux) or SPIN_S is 0."""
+    monkeypatch.setattr(cpu, "SPIN_S", 0)
+    monkeypatch.setattr(cpu, "_pool", None)
+    assert cpu._the_pool().spin is cpu._PySpin
+    x = np.random.default_rng(4).standard_normal((21, 6))
+    for k in range(300):
+        out = np.zeros_like(x)
+        cpu.parallel_for(_scaled_rows, (x, out, float(k)), 3)
+        assert np.array_equal(out, _serial(x, float(k))), k

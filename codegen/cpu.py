@@ -151,6 +151,11 @@ class _PySpin:
     holding the GIL, which orders them."""
     load = staticmethod(lambda box, i: int(box[i]))
     store = staticmethod(lambda box, i, v: box.__setitem__(i, v))
+
+    @staticmethod
+    def store_load(box, i, v, j):
+        box[i] = v
+        return int(box[j])
     spin_wait = staticmethod(lambda box, i, old, max_ticks: int(box[i]) != old)
 
     @staticmethod
@@ -179,16 +184,14 @@ class _Worker:
     def post(self, fn, args: tuple) -> None:
         sp, box = self.pool.spin, self.box
         self.task, self.error, self.gen = (fn, args), None, self.gen + 1
-        sp.store(box, _GEN, self.gen)
-        if sp.load(box, _SLEEP):
+        if sp.store_load(box, _GEN, self.gen, _SLEEP):
             self.wake.put(None)
 
     def wait(self) -> BaseException | None:
         sp, box, gen = self.pool.spin, self.box, self.gen
         if not sp.spin_wait(box, _DONE, gen - 1, self.pool.window):
             while sp.load(box, _DONE) != gen:
-                sp.store(box, _WAITER, 1)
-                if sp.load(box, _DONE) == gen:
+                if sp.store_load(box, _WAITER, 1, _DONE) == gen:
                     sp.store(box, _WAITER, 0)
                     break
                 self.woken.get()
@@ -199,8 +202,7 @@ class _Worker:
         new = False
         while True:
             while not new and sp.load(box, _GEN) == seen:
-                sp.store(box, _SLEEP, 1)
-                if sp.load(box, _GEN) == seen:
+                if sp.store_load(box, _SLEEP, 1, _GEN) == seen:
                     self.wake.get()
                 sp.store(box, _SLEEP, 0)
             seen = sp.load(box, _GEN)
@@ -257,8 +259,8 @@ if hasattr(os, "register_at_fork"):
 
 def threads_for(threads: int, items: int | None, work: int | None) -> int:
     """How many threads run a kernel: at most `threads`, no more than its work `items`, and
-    one per `MIN_WORK_PER_THREAD` of its work: waking a thread costs tens of microseconds
-    (more on shared cores), more than a tiny kernel runs."""
+    one per `MIN_WORK_PER_THREAD` of its work: handing a copy to a pool thread costs a few
+    microseconds while it spins (`SPIN_S`), tens once it sleeps, more than a tiny kernel runs."""
     if items is not None:
         threads = min(threads, items)
     if work is not None:
@@ -267,7 +269,8 @@ def threads_for(threads: int, items: int | None, work: int | None) -> int:
 
 
 def parallel_for(fn, args: tuple, threads: int, items: int | None = None, work: int | None = None) -> None:
-    """fn(*args, t, T) for t in range(T); the calling thread runs t = 0.
+    """fn(*args, t, T) for t in range(T); the calling thread runs t = 0, the pool's threads
+    the others (or the calling thread too, while another caller has the pool).
 
     T is `threads`, cut by `threads_for` to the work items the kernel strides over and
     to its size (`work`) when given."""

@@ -70,6 +70,13 @@ if AVAILABLE:
         _store(box, i, v)
 
     @njit(nogil=True, cache=True)
+    def store_load(box, i, v, j):
+        """box[i] = v, then box[j]: one side of a flag-then-check handshake (seq_cst: of two
+        threads doing this on crossed words, at least one sees the other's store)."""
+        _store(box, i, v)
+        return _load(box, j)
+
+    @njit(nogil=True, cache=True)
     def ticks():
         return _ticks()
 

@@ -139,8 +139,9 @@ so those hand over by a memory write, not a wake-up (~18 µs on a 2-vCPU KVM gue
 vCPU halted): measured there (experiments/bench_overhead.md, 2-thread handoff), the gaps
 between consecutive 2-thread kernels of a call are 1-9 µs (median), 20 µs (p99), and a call's
 own entry and exit 25-30 µs (p99 50). Short, because each spin is CPU time the process
-burns idle: `tuner.verify.settle` (waits up to 0.3 s for idle threads) and a 1-thread
-candidate timed by the process's CPU clock right after a 2-thread run see at most this."""
+burns idle: below 1 ms, `tuner.verify.settle` finds the process idle in its first 10 ms
+window (SETTLE_BUSY x SETTLE_WINDOW_S), and a 1-thread candidate timed by the process's CPU
+clock right after a 2-thread run is charged at most this."""
 
 _ROW = 16   # int64 words between mailbox fields: written by different threads, kept on separate cache lines
 _GEN, _SLEEP, _DONE, _WAITER = 0, _ROW, 2 * _ROW, 3 * _ROW

@@ -18,6 +18,23 @@ def _scaled_rows(x, out, k, t, T):
             out[i, j] = x[i, j] * k + i
 
 
+def _within(seconds, fn):
+    """fn() on a daemon thread: a lost wake-up fails the test instead of hanging the run."""
+    failed = []
+
+    def run():
+        try:
+            fn()
+        except BaseException as e:
+            failed.append(e)
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(seconds)
+    assert not th.is_alive(), f"parallel_for hung for {seconds} s"
+    if failed:
+        raise failed[0]
+
+
 def _serial(x, k):
     out = np.empty_like(x)
     _scaled_rows(x, out, k, 0, 1)
@@ -48,13 +65,43 @@ def test_worker_error_reaches_caller_and_pool_still_serves():
 
 def test_calls_after_the_spin_window_wake_the_sleeping_workers():
     x = np.random.default_rng(1).standard_normal((16, 4))
-    for k in range(4):
-        time.sleep(max(0.02, 10 * cpu.SPIN_S))   # workers and caller both past their spin
-        out = np.zeros_like(x)
-        cpu.parallel_for(_scaled_rows, (x, out, float(k)), 2)
-        assert np.array_equal(out, _serial(x, float(k)))
-        worker = cpu._the_pool().workers[0]
-        assert cpu._the_pool().spin.load(worker.box, cpu._DONE) == worker.gen   # copy 1 ran on the worker
+
+    def calls():
+        for k in range(4):
+            time.sleep(max(0.02, 10 * cpu.SPIN_S))   # workers and caller both past their spin
+            out = np.zeros_like(x)
+            cpu.parallel_for(_scaled_rows, (x, out, float(k)), 2)
+            assert np.array_equal(out, _serial(x, float(k)))
+            worker = cpu._the_pool().workers[0]
+            assert cpu._the_pool().spin.load(worker.box, cpu._DONE) == worker.gen   # copy 1 ran on the worker
+    _within(60, calls)
+
+
+def test_a_slow_worker_copy_wakes_the_caller_that_stopped_spinning():
+    """Copy 1 outlasts the caller's spin, so the caller sleeps and the worker must wake it."""
+    out = np.zeros(2)
+
+    def slow_off_the_caller(t, T):
+        if t == 1:
+            time.sleep(max(0.02, 10 * cpu.SPIN_S))
+        out[t] += 1
+
+    _within(60, lambda: [cpu.parallel_for(slow_off_the_caller, (), 2) for _ in range(5)])
+    assert out.tolist() == [5, 5]
+
+
+def test_a_callers_own_error_still_waits_for_the_others():
+    out = np.zeros(2)
+
+    def fails_on_the_caller(t, T):
+        if t == 0:
+            raise KeyError("copy 0")
+        time.sleep(0.01)
+        out[t] = 1
+
+    with pytest.raises(KeyError):
+        cpu.parallel_for(fails_on_the_caller, (), 2)
+    assert out[1] == 1   # copy 1 had finished when the error came out
 
 
 def test_spinning_ends():

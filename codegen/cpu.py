@@ -152,12 +152,12 @@ class _PySpin:
     holding the GIL, which orders them."""
     load = staticmethod(lambda box, i: int(box[i]))
     store = staticmethod(lambda box, i, v: box.__setitem__(i, v))
+    spin_wait = staticmethod(lambda box, i, old, max_ticks: int(box[i]) != old)
 
     @staticmethod
     def store_load(box, i, v, j):
         box[i] = v
         return int(box[j])
-    spin_wait = staticmethod(lambda box, i, old, max_ticks: int(box[i]) != old)
 
     @staticmethod
     def publish_and_wait(box, done, value, waiter, gen, old, max_ticks):
@@ -199,8 +199,8 @@ class _Worker:
         return self.error
 
     def _serve(self) -> None:
-        sp, box, seen, window = self.pool.spin, self.box, 0, self.pool.window
-        new = False
+        sp, box, window = self.pool.spin, self.box, self.pool.window
+        seen, new = 0, False
         while True:
             while not new and sp.load(box, _GEN) == seen:
                 if sp.store_load(box, _SLEEP, 1, _GEN) == seen:

@@ -144,7 +144,7 @@ window (SETTLE_BUSY x SETTLE_WINDOW_S), and a 1-thread candidate timed by the pr
 clock right after a 2-thread run is charged at most this."""
 
 _ROW = 16   # int64 words between mailbox fields: written by different threads, kept on separate cache lines
-_GEN, _SLEEP, _DONE, _WAITER = 0, _ROW, 2 * _ROW, 3 * _ROW
+_GEN, _SLEEP, _DONE, _WAITER, _CLAIM = 0, _ROW, 2 * _ROW, 3 * _ROW, 4 * _ROW
 
 
 class _PySpin:
@@ -154,10 +154,20 @@ class _PySpin:
     store = staticmethod(lambda box, i, v: box.__setitem__(i, v))
     spin_wait = staticmethod(lambda box, i, old, max_ticks: int(box[i]) != old)
 
+    _claims = threading.Lock()
+
     @staticmethod
     def store_load(box, i, v, j):
         box[i] = v
         return int(box[j])
+
+    @staticmethod
+    def claim(box, i, old, new):
+        with _PySpin._claims:   # a read then a write: the GIL may switch between them
+            if box[i] != old:
+                return False
+            box[i] = new
+            return True
 
     @staticmethod
     def publish_and_wait(box, done, value, waiter, gen, old, max_ticks):
@@ -170,14 +180,17 @@ class _PySpin:
 
 class _Worker:
     """Thread t of `parallel_for` (t >= 1) and its mailbox: the caller writes a task and bumps
-    box[_GEN]; the thread runs it, writes the generation to box[_DONE] and spins for the next
-    one (`SPIN_S`), then sleeps on `wake` (box[_SLEEP] = 1 says so). A caller that stopped
-    spinning sleeps on `woken` (box[_WAITER] = 1). Flag then re-check on both sides (seq_cst
-    atomics) means a post or a finish is either seen by the spinner or signalled to the sleeper;
-    a stray signal only makes a sleeper re-check."""
+    box[_GEN]; the thread claims it (box[_CLAIM], compare-and-swap), runs it, writes the
+    generation to box[_DONE] and spins for the next one (`SPIN_S`), then sleeps on `wake`
+    (box[_SLEEP] = 1 says so). A caller done with its own copy claims a task its thread has
+    not started and runs it itself: on cores busier than they are many, the thread may not
+    get one for a time slice (ms), and spinning has spent its scheduler credit. A caller that
+    stopped spinning sleeps on `woken` (box[_WAITER] = 1). Flag then re-check on both sides
+    (seq_cst atomics) means a post or a finish is either seen by the spinner or signalled to
+    the sleeper; a stray signal only makes a sleeper re-check."""
 
     def __init__(self, pool: "_Pool", index: int):
-        self.pool, self.box, self.gen = pool, np.zeros(4 * _ROW, np.int64), 0
+        self.pool, self.box, self.gen = pool, np.zeros(5 * _ROW, np.int64), 0
         self.task, self.error = None, None
         self.wake, self.woken = queue.SimpleQueue(), queue.SimpleQueue()
         threading.Thread(target=self._serve, daemon=True, name=f"tensortune-{index}").start()
@@ -190,13 +203,23 @@ class _Worker:
 
     def wait(self) -> BaseException | None:
         sp, box, gen = self.pool.spin, self.box, self.gen
-        if not sp.spin_wait(box, _DONE, gen - 1, self.pool.window):
+        if sp.claim(box, _CLAIM, gen - 1, gen):   # not started: run it here
+            self._run()
+            sp.store(box, _DONE, gen)
+        elif not sp.spin_wait(box, _DONE, gen - 1, self.pool.window):
             while sp.load(box, _DONE) != gen:
                 if sp.store_load(box, _WAITER, 1, _DONE) == gen:
                     sp.store(box, _WAITER, 0)
                     break
                 self.woken.get()
         return self.error
+
+    def _run(self) -> None:
+        fn, args = self.task
+        try:
+            fn(*args)
+        except BaseException as e:   # handed to the caller, which raises it
+            self.error = e
 
     def _serve(self) -> None:
         sp, box, window = self.pool.spin, self.box, self.pool.window
@@ -207,11 +230,10 @@ class _Worker:
                     self.wake.get()
                 sp.store(box, _SLEEP, 0)
             seen = sp.load(box, _GEN)
-            fn, args = self.task
-            try:
-                fn(*args)
-            except BaseException as e:   # handed to the caller, which raises it
-                self.error = e
+            if not sp.claim(box, _CLAIM, seen - 1, seen):   # the caller ran it
+                new = bool(sp.spin_wait(box, _GEN, seen, window))
+                continue
+            self._run()
             r = sp.publish_and_wait(box, _DONE, seen, _WAITER, _GEN, seen, window)
             if r == 2:
                 self.woken.put(None)

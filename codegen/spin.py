@@ -37,6 +37,13 @@ if AVAILABLE:
         return types.void(ary, types.intp, types.int64), codegen
 
     @intrinsic
+    def _cas(typingctx, ary, i, old, new):
+        def codegen(context, builder, sig, args):
+            ptr = _word(context, builder, sig.args[0], args[0], args[1])
+            return builder.extract_value(builder.cmpxchg(ptr, args[2], args[3], "seq_cst", "seq_cst"), 1)
+        return types.boolean(ary, types.intp, types.int64, types.int64), codegen
+
+    @intrinsic
     def _pause(typingctx):
         def codegen(context, builder, sig, args):
             fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
@@ -68,6 +75,11 @@ if AVAILABLE:
     @njit(nogil=True, cache=True)
     def store(box, i, v):
         _store(box, i, v)
+
+    @njit(nogil=True, cache=True)
+    def claim(box, i, old, new):
+        """box[i] = new if it is `old` (compare-and-swap): whether this thread won it."""
+        return _cas(box, i, old, new)
 
     @njit(nogil=True, cache=True)
     def store_load(box, i, v, j):

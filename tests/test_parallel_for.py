@@ -1,5 +1,6 @@
 """`codegen.cpu.parallel_for`'s spinning pool: results, errors, sleep/wake, fork, concurrent callers."""
 import multiprocessing
+import sys
 import threading
 import time
 
@@ -88,6 +89,37 @@ def test_a_slow_worker_copy_wakes_the_caller_that_stopped_spinning():
 
     _within(60, lambda: [cpu.parallel_for(slow_off_the_caller, (), 2) for _ in range(5)])
     assert out.tolist() == [5, 5]
+
+
+def test_a_copy_its_thread_has_not_started_runs_on_the_caller():
+    """While copy 0 holds the GIL (pure Python, no thread switch for 10 s), the pool thread
+    cannot start copy 1: the caller claims it and runs it when copy 0 is done."""
+    ran_on, caller = {}, threading.get_ident()
+
+    def copy(t, T):
+        if t == 0:
+            end = time.perf_counter() + 0.02
+            while time.perf_counter() < end:
+                pass
+        ran_on[t] = threading.get_ident()
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(10.0)
+    try:
+        stolen = 0
+        for _ in range(5):
+            ran_on.clear()
+            cpu.parallel_for(copy, (), 2)
+            assert sorted(ran_on) == [0, 1]
+            stolen += ran_on[1] == caller
+    finally:
+        sys.setswitchinterval(old)
+    assert stolen >= 1
+    x = np.ones((8, 3))
+    for k in range(50):   # and the pool thread takes the next ones again
+        out = np.zeros_like(x)
+        cpu.parallel_for(_scaled_rows, (x, out, float(k)), 2)
+        assert np.array_equal(out, _serial(x, float(k)))
 
 
 def test_a_callers_own_error_still_waits_for_the_others():

@@ -19,7 +19,6 @@ import os
 import platform
 import queue
 import threading
-import time
 from functools import lru_cache
 
 import numpy as np
@@ -144,13 +143,6 @@ burns idle: below 1 ms, `tuner.verify.settle` finds the process idle in its firs
 window (SETTLE_BUSY x SETTLE_WINDOW_S), and a 1-thread candidate timed by the process's CPU
 clock right after a 2-thread run is charged at most this."""
 
-STEAL_AFTER_S = 5e-5
-"""How long after posting a copy the caller, done with its own, waits for the pool thread to
-start it before running it itself. A running pool thread starts within a few µs (leaving its
-spin, taking the GIL); one that sleeps takes 20-75 µs to wake on the 2-vCPU KVM guest, and
-one that lost its core to other processes a time slice (ms): measured there, 0.1% of trivial
-2-thread calls took 3.5 ms before this."""
-
 _ROW = 16   # int64 words between mailbox fields: written by different threads, kept on separate cache lines
 _GEN, _SLEEP, _DONE, _WAITER, _CLAIM = 0, _ROW, 2 * _ROW, 3 * _ROW, 4 * _ROW
 
@@ -191,9 +183,11 @@ class _Worker:
     box[_GEN]; the thread claims it (box[_CLAIM], compare-and-swap), runs it, writes the
     generation to box[_DONE] and spins for the next one (`SPIN_S`), then sleeps on `wake`
     (box[_SLEEP] = 1 says so). A caller done with its own copy claims a task its thread has
-    not started within `STEAL_AFTER_S` and runs it itself: on cores busier than they are
-    many, the thread may not get one for a time slice (ms), spinning having spent its
-    scheduler credit (only with `codegen.spin`: without, the caller waits). A caller that
+    not claimed yet and runs it itself (only with `codegen.spin`: without, it waits): a
+    running thread claims within a few µs of the post, so what is taken is the copy of a
+    kernel shorter than that (better run serially) or of a thread that lost its core to
+    other processes, for a time slice (ms): measured on the busy 2-vCPU guest, 0.1% of
+    trivial 2-thread calls took 3.5 ms before this, 71 µs after. A caller that
     stopped spinning sleeps on `woken` (box[_WAITER] = 1). Flag then re-check on both sides
     (seq_cst atomics) means a post or a finish is either seen by the spinner or signalled to
     the sleeper; a stray signal only makes a sleeper re-check."""
@@ -207,16 +201,12 @@ class _Worker:
     def post(self, fn, args: tuple) -> None:
         sp, box = self.pool.spin, self.box
         self.task, self.error, self.gen = (fn, args), None, self.gen + 1
-        self.posted = time.perf_counter()
         if sp.store_load(box, _GEN, self.gen, _SLEEP):
             self.wake.put(None)
 
     def wait(self) -> BaseException | None:
         sp, box, gen = self.pool.spin, self.box, self.gen
-        pool = self.pool
-        if pool.window and not sp.spin_wait(box, _CLAIM, gen - 1, max(0, int(
-                (STEAL_AFTER_S - (time.perf_counter() - self.posted)) * pool.ticks_per_s))) \
-                and sp.claim(box, _CLAIM, gen - 1, gen):   # not started: run it here
+        if self.pool.window and sp.claim(box, _CLAIM, gen - 1, gen):   # not started: run it here
             self._run()
             sp.store(box, _DONE, gen)
         elif not sp.spin_wait(box, _DONE, gen - 1, self.pool.window):
@@ -261,8 +251,7 @@ class _Pool:
     def __init__(self):
         from codegen import spin
         self.spin = spin if spin.AVAILABLE and SPIN_S > 0 else _PySpin
-        self.ticks_per_s = spin.ticks_per_second() if self.spin is spin else 0.0
-        self.window = int(SPIN_S * self.ticks_per_s)
+        self.window = int(SPIN_S * spin.ticks_per_second()) if self.spin is spin else 0
         self.lock, self.workers = threading.Lock(), []
 
     def get(self, workers: int) -> list:

@@ -93,7 +93,7 @@ def test_a_slow_worker_copy_wakes_the_caller_that_stopped_spinning():
 
 def test_a_copy_no_thread_starts_runs_on_the_caller():
     """A worker whose thread never claims its task (here: it has none), as one that lost its
-    core for a time slice: after STEAL_AFTER_S the caller runs the copy, and raises its error."""
+    core for a time slice: the caller, done with its own, runs the copy and raises its error."""
     pool = cpu._the_pool()
     if not pool.window:
         pytest.skip("without codegen.spin the caller waits for its threads")

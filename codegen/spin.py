@@ -1,4 +1,4 @@
-"""Atomic loads and stores on an int64 mailbox, and a bounded nogil spin on one of its words.
+"""Atomic load, store and compare-and-swap on an int64 mailbox; a bounded nogil spin on one word.
 
 What `codegen.cpu`'s thread pool needs to hand work over without waking a sleeping thread:
 a Python `SimpleQueue` handoff costs ~18 µs on a 2-vCPU KVM guest (the idle vCPU halts and

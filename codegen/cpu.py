@@ -21,6 +21,8 @@ import queue
 import threading
 from functools import lru_cache
 
+import numpy as np
+
 from codegen import build as _build
 from codegen.backend import Artifact, Backend
 
@@ -129,39 +131,162 @@ def _host() -> dict:
 MIN_WORK_PER_THREAD = 1 << 19   # work units (FLOPs + bytes, `codegen.kernel.work_estimate`) per thread
 
 
-class _Workers:
-    """Threads 1, 2, ... of `parallel_for`, started on first need and kept: each waits on
-    its own queue (a `SimpleQueue` handoff wakes a thread in about half the time a
-    `ThreadPoolExecutor` future takes, measured here), the calling thread runs copy 0."""
-    lock = threading.Lock()
-    queues: list = []
+SPIN_S = 5e-4
+"""How long a pool thread spins (GIL released, yielding the core between looks) for its next
+task after finishing one, and a caller for its workers' copies, before blocking. It covers
+the Python between the 2-thread kernels of one model call and between back-to-back calls,
+so those hand over by a memory write, not a wake-up (~18 µs on a 2-vCPU KVM guest, the idle
+vCPU halted): measured there (experiments/bench_overhead.md, 2-thread handoff), the gaps
+between consecutive 2-thread kernels of a call are 1-9 µs (median), 20 µs (p99), and a call's
+own entry and exit 25-30 µs (p99 50). Short, because each spin is CPU time the process
+burns idle: below 1 ms, `tuner.verify.settle` finds the process idle in its first 10 ms
+window (SETTLE_BUSY x SETTLE_WINDOW_S), and a 1-thread candidate timed by the process's CPU
+clock right after a 2-thread run is charged at most this."""
 
-    @classmethod
-    def get(cls, workers: int) -> list:
-        if len(cls.queues) < workers:
-            with cls.lock:
-                while len(cls.queues) < workers:
-                    q = queue.SimpleQueue()
-                    threading.Thread(target=cls._serve, args=(q,), daemon=True,
-                                     name=f"tensortune-{len(cls.queues) + 1}").start()
-                    cls.queues.append(q)
-        return cls.queues
+_ROW = 16   # int64 words between mailbox fields: written by different threads, kept on separate cache lines
+_GEN, _SLEEP, _DONE, _WAITER, _CLAIM = 0, _ROW, 2 * _ROW, 3 * _ROW, 4 * _ROW
+
+
+class _PySpin:
+    """`codegen.spin`'s functions without atomics or spinning (not x86-64): every access is made
+    holding the GIL, which orders them."""
+    load = staticmethod(lambda box, i: int(box[i]))
+    store = staticmethod(lambda box, i, v: box.__setitem__(i, v))
+    spin_wait = staticmethod(lambda box, i, old, max_ticks: int(box[i]) != old)
+
+    _claims = threading.Lock()
 
     @staticmethod
-    def _serve(q: queue.SimpleQueue) -> None:
+    def store_load(box, i, v, j):
+        box[i] = v
+        return int(box[j])
+
+    @staticmethod
+    def claim(box, i, old, new):
+        with _PySpin._claims:   # a read then a write: the GIL may switch between them
+            if box[i] != old:
+                return False
+            box[i] = new
+            return True
+
+    @staticmethod
+    def publish_and_wait(box, done, value, waiter, gen, old, max_ticks):
+        box[done] = value
+        if box[waiter]:
+            box[waiter] = 0
+            return 2
+        return int(box[gen] != old)
+
+
+class _Worker:
+    """Thread t of `parallel_for` (t >= 1) and its mailbox: the caller writes a task and bumps
+    box[_GEN]; the thread claims it (box[_CLAIM], compare-and-swap), runs it, writes the
+    generation to box[_DONE] and spins for the next one (`SPIN_S`), then sleeps on `wake`
+    (box[_SLEEP] = 1 says so). A caller done with its own copy claims a task its thread has
+    not claimed yet and runs it itself (only with `codegen.spin`: without, it waits): a
+    running thread claims within a few µs of the post, so what is taken is the copy of a
+    kernel shorter than that (better run serially) or of a thread that lost its core to
+    other processes, for a time slice (ms): measured on the busy 2-vCPU guest, 0.1% of
+    trivial 2-thread calls took 3.5 ms before this, 71 µs after. A caller that
+    stopped spinning sleeps on `woken` (box[_WAITER] = 1). Flag then re-check on both sides
+    (seq_cst atomics) means a post or a finish is either seen by the spinner or signalled to
+    the sleeper; a stray signal only makes a sleeper re-check."""
+
+    def __init__(self, pool: "_Pool", index: int):
+        self.pool, self.box, self.gen = pool, np.zeros(5 * _ROW, np.int64), 0
+        self.task, self.error = None, None
+        self.wake, self.woken = queue.SimpleQueue(), queue.SimpleQueue()
+        threading.Thread(target=self._serve, daemon=True, name=f"tensortune-{index}").start()
+
+    def post(self, fn, args: tuple) -> None:
+        sp, box = self.pool.spin, self.box
+        self.task, self.error, self.gen = (fn, args), None, self.gen + 1
+        if sp.store_load(box, _GEN, self.gen, _SLEEP):
+            self.wake.put(None)
+
+    def wait(self) -> BaseException | None:
+        sp, box, gen = self.pool.spin, self.box, self.gen
+        if self.pool.window and sp.claim(box, _CLAIM, gen - 1, gen):   # not started: run it here
+            self._run()
+            sp.store(box, _DONE, gen)
+        elif not sp.spin_wait(box, _DONE, gen - 1, self.pool.window):
+            while sp.load(box, _DONE) != gen:
+                if sp.store_load(box, _WAITER, 1, _DONE) == gen:
+                    sp.store(box, _WAITER, 0)
+                    break
+                self.woken.get()
+        return self.error
+
+    def _run(self) -> None:
+        fn, args = self.task
+        try:
+            fn(*args)
+        except BaseException as e:   # handed to the caller, which raises it
+            self.error = e
+
+    def _serve(self) -> None:
+        sp, box, window = self.pool.spin, self.box, self.pool.window
+        seen, new = 0, False
         while True:
-            fn, args, done = q.get()
-            try:
-                fn(*args)
-                done.put(None)
-            except BaseException as e:   # handed to the caller, which raises it
-                done.put(e)
+            while not new and sp.load(box, _GEN) == seen:
+                if sp.store_load(box, _SLEEP, 1, _GEN) == seen:
+                    self.wake.get()
+                sp.store(box, _SLEEP, 0)
+            seen = sp.load(box, _GEN)
+            if not sp.claim(box, _CLAIM, seen - 1, seen):   # the caller ran it
+                new = bool(sp.spin_wait(box, _GEN, seen, window))
+                continue
+            self._run()
+            r = sp.publish_and_wait(box, _DONE, seen, _WAITER, _GEN, seen, window)
+            if r == 2:
+                self.woken.put(None)
+                r = sp.spin_wait(box, _GEN, seen, window)
+            new = bool(r)
+
+
+class _Pool:
+    """Threads 1, 2, ... of `parallel_for`, started on first need and kept, spinning `SPIN_S`
+    after each task. One caller at a time (`lock`); made anew in a forked child."""
+
+    def __init__(self):
+        from codegen import spin
+        self.spin = spin if spin.AVAILABLE and SPIN_S > 0 else _PySpin
+        self.window = int(SPIN_S * spin.ticks_per_second()) if self.spin is spin else 0
+        self.lock, self.workers = threading.Lock(), []
+
+    def get(self, workers: int) -> list:
+        while len(self.workers) < workers:
+            self.workers.append(_Worker(self, len(self.workers) + 1))
+        return self.workers
+
+
+_pool: _Pool | None = None
+_pool_lock = threading.Lock()
+
+
+def _the_pool() -> _Pool:
+    global _pool
+    if _pool is None:
+        with _pool_lock:
+            if _pool is None:
+                _pool = _Pool()
+    return _pool
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's threads are not there (and its locks may be held)."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def threads_for(threads: int, items: int | None, work: int | None) -> int:
     """How many threads run a kernel: at most `threads`, no more than its work `items`, and
-    one per `MIN_WORK_PER_THREAD` of its work: waking a thread costs tens of microseconds
-    (more on shared cores), more than a tiny kernel runs."""
+    one per `MIN_WORK_PER_THREAD` of its work: handing a copy to a pool thread costs a few
+    microseconds while it spins (`SPIN_S`), tens once it sleeps, more than a tiny kernel runs."""
     if items is not None:
         threads = min(threads, items)
     if work is not None:
@@ -170,7 +295,8 @@ def threads_for(threads: int, items: int | None, work: int | None) -> int:
 
 
 def parallel_for(fn, args: tuple, threads: int, items: int | None = None, work: int | None = None) -> None:
-    """fn(*args, t, T) for t in range(T); the calling thread runs t = 0.
+    """fn(*args, t, T) for t in range(T); the calling thread runs t = 0, the pool's threads
+    the others (or the calling thread too, while another caller has the pool).
 
     T is `threads`, cut by `threads_for` to the work items the kernel strides over and
     to its size (`work`) when given."""
@@ -178,13 +304,23 @@ def parallel_for(fn, args: tuple, threads: int, items: int | None = None, work: 
     if threads <= 1:
         fn(*args, 0, 1)
         return
-    queues, done = _Workers.get(threads - 1), queue.SimpleQueue()
-    for t in range(1, threads):
-        queues[t - 1].put((fn, (*args, t, threads), done))
+    pool = _the_pool()
+    if not pool.lock.acquire(blocking=False):
+        # another caller has the pool (another Python thread, or a kernel run by a pool thread):
+        # the copies are independent, so run them here rather than wait for it
+        for t in range(threads):
+            fn(*args, t, threads)
+        return
     try:
-        fn(*args, 0, threads)
+        workers = pool.get(threads - 1)
+        for t in range(1, threads):
+            workers[t - 1].post(fn, (*args, t, threads))
+        try:
+            fn(*args, 0, threads)
+        finally:
+            errors = [e for e in (w.wait() for w in workers[:threads - 1]) if e is not None]
     finally:
-        errors = [e for e in (done.get() for _ in range(1, threads)) if e is not None]
+        pool.lock.release()
     if errors:
         raise errors[0]
 

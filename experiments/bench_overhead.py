@@ -10,8 +10,13 @@ Builds models with many tiny subgraphs (batch 1), loads them as a user does
   overhead   (call - functions) / steps, in microseconds of CPU time (this process's threads).
 With `--baseline DIR` (a checkout of an older commit), each model's `call` is measured
 there too, in a subprocess run right after this process's rounds, for a before/after row.
+With `--handoff`: what handing a kernel to a second thread costs (`codegen.cpu.parallel_for`),
+wall µs per call, medians of interleaved rounds: a trivial nogil kernel at 1 and 2 threads,
+dense N^3 kernels (parallel config) at 1 and 2 threads, and a 1-thread kernel run right
+after a 2-thread one (the pool still spinning) against one run after the spin ended.
 
 Run: PYTHONPATH=. python experiments/bench_overhead.py [--threads 1 2] [--baseline /tmp/old] [--out FILE]
+     PYTHONPATH=. python experiments/bench_overhead.py --handoff [--sizes 128 256 512]
 """
 from __future__ import annotations
 
@@ -136,6 +141,75 @@ def call_only(path: Path, x: np.ndarray, threads: int, number: int, repeat: int)
     return statistics.median(w for w, _ in t), statistics.median(c for _, c in t)
 
 
+def _trivial():
+    from numba import njit
+
+    @njit(nogil=True)
+    def bump(out, t, T):
+        out[t] += 1.0
+    out = np.zeros(2)
+    bump(out, 0, 1)
+    return bump, out
+
+
+def dense_run(n: int, threads: int):
+    """A dense n^3 kernel (default config, parallel) bound for `threads`, checked: () -> None.
+    MB = 8 gives even small n two blocks of rows to split."""
+    from codegen import compile_kernel
+    from codegen.backend import get_backend
+    from ir.settings import Settings
+    from schedules import get_template
+    from tests.template_cases import make_wl
+    wl = make_wl([("MatMul", ["i0", "i1"], {})], [((n, n), "float32", False), ((n, n), "float32", True)])
+    t = get_template("dense")
+    cfg = t.space(wl).validate({**t.default_config(wl).to_json(), "parallel": True, "MB": 8})
+    arrays, y = wl.random_inputs(0), np.empty(wl.output_shape, np.float32)
+    run = compile_kernel(t, wl, cfg).bind([None, arrays[1]], get_backend(None, Settings.from_env().with_(threads=threads)))
+    run(arrays, y)
+    np.testing.assert_allclose(y, wl.reference(arrays), rtol=1e-3, atol=1e-3)
+    return lambda: run(arrays, y)
+
+
+def interleaved(calls: dict, rounds: int, number: int) -> dict:
+    """{name: median wall µs per call}: each round runs every entry's `number` calls back to back
+    (after 2 untimed ones), the order rotating from round to round."""
+    t, keys = {k: [] for k in calls}, list(calls)
+    for r in range(rounds):
+        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+            calls[k]()
+            calls[k]()
+            t[k].append(_us(calls[k], number)[0])
+    return {k: statistics.median(v) for k, v in t.items()}
+
+
+def handoff(sizes: list[int], rounds: int) -> list[str]:
+    """The `--handoff` rows (see the module docstring)."""
+    from codegen import cpu
+    bump, out = _trivial()
+    rows = []
+    r = interleaved({"T=1": lambda: cpu.parallel_for(bump, (out,), 1),
+                     "T=2": lambda: cpu.parallel_for(bump, (out,), 2)}, rounds, 2000)
+    rows.append(f"trivial kernel: T=1 {r['T=1']:.2f} µs, T=2 {r['T=2']:.2f} µs per call")
+    saved, cpu.MIN_WORK_PER_THREAD = cpu.MIN_WORK_PER_THREAD, 1   # split every size, to see where it pays
+    try:
+        for n in sizes:
+            one, two = dense_run(n, 1), dense_run(n, 2)
+            number = max(2, int(2e5 / n ** 2))
+            r = interleaved({"T=1": one, "T=2": two}, rounds, number)
+            after, rested = [], []
+            for _ in range(rounds):
+                two()
+                after.append(_us(one, 1)[0])
+                time.sleep(10 * cpu.SPIN_S)
+                rested.append(_us(one, 1)[0])
+            rows.append(f"dense {n}^3 (work {2 * n ** 3 + 12 * n * n:,}): T=1 {r['T=1']:.1f} µs, T=2 {r['T=2']:.1f} µs "
+                        f"({r['T=1'] / r['T=2']:.2f}x); T=1 right after T=2 {statistics.median(after):.1f} µs, "
+                        f"after the spin ended {statistics.median(rested):.1f} µs")
+    finally:
+        cpu.MIN_WORK_PER_THREAD = saved
+    return rows
+
+
 def models(layers: list[int], work: Path) -> list[tuple[str, Path, np.ndarray]]:
     out = []
     for n in layers:
@@ -158,12 +232,18 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=15, help="rounds (the median is reported)")
     ap.add_argument("--baseline", default=None, help="a checkout of an older commit: its call time too")
     ap.add_argument("--out", default=None, help="append a Markdown table to this file")
+    ap.add_argument("--handoff", action="store_true", help="2-thread handoff costs instead (see above)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[96, 128, 192, 256, 512])
     ap.add_argument("--call-only", nargs=3, metavar=("MODEL", "WIDTH", "THREADS"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.call_only:
         path, width, threads = a.call_only
         print(json.dumps(call_only(Path(path), np.ones((1, int(width)), np.float32), int(threads),
                                    a.number, a.repeat)))
+        return 0
+    if a.handoff:
+        for row in handoff(a.sizes, a.repeat):
+            print(row, flush=True)
         return 0
     work = Path(tempfile.mkdtemp(prefix="bench_overhead_"))
     rows = []

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -155,6 +156,8 @@ def test_parallel_for_runs_every_copy_and_raises_a_workers_error():
     seen, lock = [], threading.Lock()
 
     def copy(out, t, T):
+        if t == 0:   # the pool threads start theirs meanwhile (the caller runs one they have not)
+            time.sleep(0.05)
         with lock:
             seen.append((t, T, threading.get_ident()))
         out[t] = t + 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-ALIGN = 64  # bytes: a cache line, and enough for any SIMD load
+from codegen.backend import ALIGN   # offsets in the arena, itself allocated at ALIGN
 
 
 def _align(n: int) -> int:

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from codegen import get_backend
-from codegen.backend import Backend
+from codegen.backend import Backend, aligned, aligned_empty
 from ir import accuracy, settings
 from ir.workload import Workload
 
@@ -61,9 +61,10 @@ def _consts(wl: Workload, arrays: list) -> list:
 
 def _on_device(wl: Workload, arrays: list, backend) -> list:
     """The non-constant inputs in the backend's memory, uploaded once (not on every timed call);
-    constants are the bound kernel's own copies. On the CPU: the arrays themselves."""
+    constants are the bound kernel's own copies. On the CPU: the arrays, each at a cache line
+    as the deployed model's buffers are (`codegen.backend.aligned`)."""
     if not backend.device:
-        return arrays
+        return [aligned(a) for a in arrays]
     return [a if spec["const"] else backend.asarray(a, a.dtype) for a, spec in zip(arrays, wl.inputs)]
 
 
@@ -80,7 +81,7 @@ def check(k, wl: Workload, sets: list, reduction: int, first=None, backend=None)
     `first`: the kernel already bound to the first set's constants."""
     backend = backend or get_backend()
     for n, (arrays, expected) in enumerate(sets):
-        host = np.empty(wl.output_shape, dtype=wl.output_dtype)
+        host = aligned_empty(wl.output_shape, wl.output_dtype)
         _sentinel(host)
         out = backend.asarray(host, host.dtype)   # the array itself on the CPU; a device copy on a GPU
         run = first if n == 0 and first is not None else k.bind(_consts(wl, arrays), backend)

@@ -26,10 +26,10 @@ def _cases():
             [("Add", ["i0", "i1"], {}), ("LayerNormalization", ["t0", "i2", "i3"], {"axis": -1})],
             [((2, 3, 8), "float32", False), ((8,), "float32", True), ((8,), "float32", True), ((8,), "float32", True)]),
             {}),
-        "reduce_softmax_lanes4": ("reduce", make_wl(
+        "reduce_softmax_one_pass": ("reduce", make_wl(
             [("Add", ["i0", "i1"], {}), ("Softmax", ["t0"], {"axis": -1})],
             [((2, 3, 8), "float32", False), ((8,), "float32", True)]),
-            {"lanes": 4, "cache": True}),
+            {"cache": True}),
         "elementwise_gelu_flat": ("elementwise", make_wl(
             [("Div", ["i0", "i1"], {}), ("Erf", ["t0"], {}), ("Add", ["t1", "i2"], {}), ("Mul", ["t2", "i0"], {})],
             [((4, 8), "float32", False), ((), "float32", True), ((), "float32", True)]), {"vector": "flat", "unroll": 4}),

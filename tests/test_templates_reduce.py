@@ -150,7 +150,9 @@ def test_default_lanes_are_two_vectors_and_at_most_the_row():
     from schedules.microkernel import vector_shape
     from schedules.templates.reduce import default_lanes
     v = vector_shape()[0]
-    assert RED.default_config(softmax((4, 1024)))["lanes"] == default_lanes(1024) == 2 * v
+    lane_form = make_wl([("Sigmoid", ["i0"], {}), ("Softmax", ["t0"], {"axis": -1})], [((4, 1024), "float32", False)])
+    assert RED.default_config(lane_form)["lanes"] == default_lanes(1024) == 2 * v
+    assert all(k.name != "lanes" for k in RED.space(softmax((4, 1024))).knobs)   # one pass: LLVM's lanes
     assert default_lanes(5) == 4 and default_lanes(1) == 1
     assert default_lanes(1024, {"vector_bits": 512}) == 32
 

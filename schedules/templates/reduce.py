@@ -253,6 +253,10 @@ class ReduceTemplate(Template):
             # apart from the first pass's, and 1 / std (up to 1 / sqrt(eps)) scales the difference
             return ConfigSpace([Knob("parallel", (True, False), code_shape=False),
                                 Knob("RB", (1, 4, 16, 64), code_shape=False)])
+        if _one_pass(wl, k):   # Softmax/LogSoftmax: LLVM's lanes too (a `lanes` knob would only rename the code)
+            return ConfigSpace([Knob("cache", (True, False)),
+                                Knob("parallel", (True, False), code_shape=False),
+                                Knob("RB", (1, 4, 16, 64), code_shape=False)])
         return ConfigSpace([
             Knob("lanes", LANES),
             Knob("cache", (True, False)),
@@ -266,7 +270,8 @@ class ReduceTemplate(Template):
             return self.space(wl).validate({"unroll": 4, "parallel": True, "RB": 4})
         space = self.space(wl)
         names = {k.name for k in space.knobs}
-        code = {"lanes": default_lanes(p["L"], target), "cache": True} if "lanes" in names else {}
+        code = ({"lanes": default_lanes(p["L"], target)} if "lanes" in names else {}) | (
+            {"cache": True} if "cache" in names else {})
         return space.validate({**code, "parallel": True, "RB": 4})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
@@ -285,7 +290,7 @@ class ReduceTemplate(Template):
         else:
             lanes, cache = cfg.get("lanes", 1), cfg.get("cache", True)
             fn = _rows(wl, k, refs, modes, params, kind, lanes, cache, strided, _one_pass(wl, k))
-            what = (f"lanes={lanes} cache={cache}" if "lanes" in cfg.to_json() else "one pass") + (" strided" if strided else "")
+            what = (f"lanes={lanes} " if "lanes" in cfg.to_json() else "one pass ") + f"cache={cache}" + (" strided" if strided else "")
         module = LoopModule((fn,), doc=f"reduce kernel: {'+'.join(o['op'] for o in wl.ops)} {what}",
                             meta={"template": f"reduce v{self.version}"})
         ln = op["op"] == "LayerNormalization"

@@ -168,9 +168,10 @@ class Backend(abc.ABC):
         return aligned_empty(shape, dtype)
 
     def asarray(self, a, dtype) -> np.ndarray:
-        """A C-contiguous array of `dtype` in this backend's memory holding `a`: on the CPU `a`
-        itself where it already is one and starts on a cache line, else an aligned copy."""
-        return aligned(a, dtype)
+        """A C-contiguous array of `dtype` in this backend's memory holding `a` (on the CPU `a`
+        itself where it is one, wherever it starts: a copy would cost every call that passes a
+        graph input)."""
+        return np.ascontiguousarray(a, dtype=dtype)
 
     def to_host(self, a) -> np.ndarray:
         """`a` as a host (NumPy) array: a copy of device memory, the array itself on the CPU."""

@@ -106,15 +106,18 @@ def flush_caches(nbytes: int = 64 << 20) -> None:
     buf += 1.0
 
 
-class ProcessClock:
-    """`Backend.time`'s loop with this process's CPU clock around each repeat instead of the
-    wall clock. A CPU kernel on one thread computes in the calling thread, so its CPU time
-    is its run time without the time the process was preempted: on the shared 2-core
+class ThreadClock:
+    """`Backend.time`'s loop with the calling thread's CPU clock around each repeat instead of
+    the wall clock. A CPU kernel on one thread computes in the calling thread (`parallel_for`
+    runs it there; a BLAS step runs on the settings' threads, `blas_on_threads`), so its CPU
+    time is its run time without the time the process was preempted: on the shared 2-core
     machine, with the tuner's own compiles beside the runner, candidates timed by the wall
     clock over 20 ms repeats measured 2-3x the time the same kernels took as steps of the
     deployed model (BERT-small elementwise and reduce kernels: 23.6 vs 7.0 us, 23.3 vs 5.0
-    us), which made the in-model check reject them and the estimate wrong. The process's
-    clock, not the thread's: any helper thread's work counts too."""
+    us), which made the in-model check reject them and the estimate wrong. The thread's
+    clock, not the process's: thread pools keep spinning after a call (OpenBLAS's ~100 ms
+    after the NumPy reference check, measured), and the process clock charged that to the
+    candidate timed next."""
 
     def __init__(self, backend):
         self.backend = backend
@@ -123,10 +126,10 @@ class ProcessClock:
         self.backend.synchronize()
 
     def repeat_seconds(self, run, number: int) -> float:
-        t0 = time.process_time()
+        t0 = time.thread_time()
         for _ in range(number):
             run()
-        return time.process_time() - t0
+        return time.thread_time() - t0
 
     def time(self, run, number: int | None, repeat: int, min_repeat_ms: float, flush=None) -> tuple[list, int]:
         """`Backend.time` (the same growth of `number` and repeats) on this clock."""
@@ -136,12 +139,12 @@ class ProcessClock:
 def timed(run, arrays, out, number: int | None, repeat: int, min_repeat_ms: float, flush: bool,
           backend=None) -> tuple[list, int]:
     """(seconds per call of each repeat, number), timed by the backend (`Backend.time`: it
-    knows how to wait for its device), on the CPU at one thread by the process's CPU clock
-    (`ProcessClock`). `number` None: grow it until one repeat lasts `min_repeat_ms`. With
+    knows how to wait for its device), on the CPU at one thread by the calling thread's CPU
+    clock (`ThreadClock`). `number` None: grow it until one repeat lasts `min_repeat_ms`. With
     `flush`, caches are flushed before every repeat (outside the timing)."""
     backend = backend or get_backend()
     flusher = (backend.flush if backend.device else flush_caches) if flush else None
-    clock = ProcessClock(backend) if not backend.device and backend.settings.num_threads == 1 else backend
+    clock = ThreadClock(backend) if not backend.device and backend.settings.num_threads == 1 else backend
     return clock.time(lambda: run(arrays, out), number, repeat, min_repeat_ms, flusher)
 
 

@@ -118,7 +118,8 @@ class Conv2dTemplate(Template):
                   # v6: strided 1x1 direct px: subsampled plane + the 1x1 GEMM; direct px: unsigned reads, full
                   # tiles stored from registers, a half tile for a row's last pixels, taps grouped by phase;
                   # blocked's pad writes a pixel's channel block at once; v7: blocked vector-IR tiles whose pixels
-                  # lie along one row (`pixel_run`) read their windows at constant offsets from one base
+                  # lie along one row (`pixel_run`) read their windows at constant offsets from one base, and
+                  # accumulate in the output (column-major tiles, masked), the epilogue in place
 
     def matches(self, wl: Workload) -> bool:
         if not wl.ops or wl.ops[0]["op"] != "Conv" or wl.ops[0]["in"][:2] != ["i0", "i1"]:

@@ -30,7 +30,10 @@ and `j_i * b_stride_i` to B's. The innermost n_k may also be a tuple of segments
 (a strided conv's phase planes); the same k strides in all, and C is stored once at the end; where `accumulate` is true
 the accumulators start from C's values (the same sum as adding at the end, summed in another
 order). The counts may be run-time values; with n_k an integer the call is the plain form
-above, IR unchanged.
+above, IR unchanged. In the nest form c_rowstride may instead be a triple `(c_colstride, m, n)`:
+C's tile is column-major, element (r, c) at `c_offset + c * c_colstride + r`, and only rows
+r < m and columns c < n are read and written (masked vector moves): an NCHW conv output's
+channel rows take a pixels x channels tile so, in place, its edges included.
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ from numba.core.extending import intrinsic
 
 # in the import line generated sources carry (codegen.source), so that a change of the IR
 # below changes their text, hence their cache key (numba's cache does not track this file)
-VERSION = 2   # v2: the nest form (n_k a tuple of outer loops)
+VERSION = 3   # v2: the nest form (n_k a tuple of outer loops); v3: its column-major C tile
 
 _F32 = ir.FloatType()
 _I64 = ir.IntType(64)
@@ -83,8 +86,12 @@ def tile_fma(typingctx, A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k, C,
             or not all(isinstance(t, types.Integer) for t in a_offsets):
         raise TypingError(f"tile_fma: a_offsets must be a tuple of integers (one per tile row), got {a_offsets}")
     levels = _nest_levels(n_k)
+    columns = _int_triple(c_rowstride)
+    if columns and levels is None:
+        raise TypingError("tile_fma: a column-major C tile ((c_colstride, m, n) as c_rowstride) needs the nest form")
     for name, t in (("a_kstride", a_kstride), ("b_offset", b_offset), ("b_kstride", b_kstride),
-                    ("c_offset", c_offset), ("c_rowstride", c_rowstride)) + ((("n_k", n_k),) if levels is None else ()):
+                    ("c_offset", c_offset)) + ((("c_rowstride", c_rowstride),) if not columns else ()) \
+            + ((("n_k", n_k),) if levels is None else ()):
         if not isinstance(t, types.Integer):
             raise TypingError(f"tile_fma: {name} must be an integer, got {t}")
     if not isinstance(accumulate, (types.Boolean, types.Integer)):
@@ -94,7 +101,7 @@ def tile_fma(typingctx, A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k, C,
                      accumulate, NR, LANES)
 
     if levels is not None:
-        return sig, _nest_codegen(mr, nr, lanes, levels)
+        return sig, _nest_codegen(mr, nr, lanes, levels, columns)
 
     def codegen(context, builder, sig, args):
         aty, oty, _, bty, _, _, _, cty = sig.args[:8]
@@ -179,10 +186,82 @@ def _nest_levels(n_k) -> int | None:
     return len(n_k) - 1
 
 
-def _nest_codegen(mr: int, nr: int, lanes: int, n_outer: int):
+def _transpose(builder, rows: list, lanes: int) -> list:
+    """The LANES x LANES block whose rows are the vectors `rows`, transposed: one step per bit
+    of the index, each swapping that bit of the row and lane indices across pairs of rows with
+    two-input shuffles (LANES * log2(LANES) shuffles in all)."""
+    rows, bit = list(rows), 1
+    while bit < lanes:
+        lo = [j if not j & bit else lanes + j - bit for j in range(lanes)]
+        hi = [j + bit if not j & bit else lanes + j for j in range(lanes)]
+        for i in range(lanes):
+            if not i & bit:
+                a, b = rows[i], rows[i | bit]
+                rows[i] = builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), lanes), lo))
+                rows[i | bit] = builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), lanes), hi))
+        bit *= 2
+    return rows
+
+
+def _column_tile(builder, vty, lanes: int, mr: int, nr: int, c_data, c_off, cs, m_valid, n_valid):
+    """The C tile stored column-major (column c's MR elements contiguous, columns `cs` apart, as
+    an NCHW output's channel rows take a pixels x channels tile), of which the first `m_valid`
+    rows and `n_valid` columns are written (masked): load() -> accumulators [r][v], store(accs).
+    Per LANES rows x LANES columns, one transpose (`_transpose`) and LANES masked vector moves."""
+    i32, i1v = ir.IntType(32), ir.VectorType(ir.IntType(1), lanes)
+    module = builder.module
+    ptr_ty = vty.as_pointer()
+    mload = cgutils.get_or_insert_function(module, ir.FunctionType(vty, [ptr_ty, i32, i1v, vty]),
+                                           f"llvm.masked.load.v{lanes}f32.p0")
+    mstore = cgutils.get_or_insert_function(module, ir.FunctionType(ir.VoidType(), [vty, ptr_ty, i32, i1v]),
+                                            f"llvm.masked.store.v{lanes}f32.p0")
+    ivty = ir.VectorType(_I64, lanes)
+    rows_left = builder.insert_element(ir.Constant(ivty, ir.Undefined), m_valid, ir.Constant(i32, 0))
+    rows_left = builder.shuffle_vector(rows_left, ir.Constant(ivty, ir.Undefined),
+                                       ir.Constant(ir.VectorType(i32, lanes), [0] * lanes))
+    groups = -(-mr // lanes)
+    zero, none = ir.Constant(vty, [0.0] * lanes), ir.Constant(i1v, [0] * lanes)
+
+    def at(v, j, gi):
+        """Column v * LANES + j's vector of rows gi * LANES ..., and its mask."""
+        first = [gi * lanes + x for x in range(lanes)]
+        rows = builder.icmp_signed("<", ir.Constant(ivty, first), rows_left)
+        rows = builder.and_(rows, ir.Constant(i1v, [int(x < mr) for x in first]))
+        col_ok = builder.icmp_signed("<", ir.Constant(_I64, v * lanes + j), n_valid)
+        offset = builder.add(c_off, builder.add(builder.mul(ir.Constant(_I64, v * lanes + j), cs),
+                                                ir.Constant(_I64, gi * lanes)))
+        return builder.bitcast(builder.gep(c_data, [offset]), ptr_ty), builder.select(col_ok, rows, none)
+
+    align = ir.Constant(i32, 4)
+
+    def load():
+        accs = [[None] * (nr // lanes) for _ in range(mr)]
+        for v in range(nr // lanes):
+            for gi in range(groups):
+                cols = []
+                for j in range(lanes):
+                    ptr, mask = at(v, j, gi)
+                    cols.append(builder.call(mload, [ptr, align, mask, zero]))
+                for x, row in enumerate(_transpose(builder, cols, lanes)):
+                    if gi * lanes + x < mr:
+                        accs[gi * lanes + x][v] = row
+        return accs
+
+    def store(accs):
+        for v in range(nr // lanes):
+            for gi in range(groups):
+                rows = [accs[gi * lanes + x][v] if gi * lanes + x < mr else zero for x in range(lanes)]
+                for j, col in enumerate(_transpose(builder, rows, lanes)):
+                    ptr, mask = at(v, j, gi)
+                    builder.call(mstore, [col, ptr, align, mask])
+    return load, store
+
+
+def _nest_codegen(mr: int, nr: int, lanes: int, n_outer: int, columns: bool = False):
     """The nest form's IR: the accumulators live in stack slots of the entry block, which LLVM's
     SROA/mem2reg turn into registers (phis at every loop head); the outer loops only move the
-    A and B base offsets; the inner loop is the plain form's body."""
+    A and B base offsets; the inner loop is the plain form's body. `columns`: C's tile is
+    column-major and masked (`_column_tile`)."""
 
     def codegen(context, builder, sig, args):
         aty, oty, a_ks_ty, bty, b_off_ty, b_ks_ty, nest_ty, cty = sig.args[:8]
@@ -192,7 +271,11 @@ def _nest_codegen(mr: int, nr: int, lanes: int, n_outer: int):
             return context.cast(builder, value, ty, types.int64)
 
         a_ks, b_off, b_ks = i64(a_ks, a_ks_ty), i64(b_off, b_off_ty), i64(b_ks, b_ks_ty)
-        c_off, c_rs = i64(c_off, sig.args[8]), i64(c_rs, sig.args[9])
+        c_off = i64(c_off, sig.args[8])
+        if columns:
+            c_rs = [i64(v, t) for v, t in zip(cgutils.unpack_tuple(builder, c_rs, 3), sig.args[9])]
+        else:
+            c_rs = i64(c_rs, sig.args[9])
         parts = cgutils.unpack_tuple(builder, nest, n_outer + 1)
         outer = []
         for value, ty in zip(parts[:-1], nest_ty[:-1]):
@@ -212,13 +295,25 @@ def _nest_codegen(mr: int, nr: int, lanes: int, n_outer: int):
         # accumulate: the accumulators start from C (loaded once; C's tile is stored at the end
         # anyway, so the loads are in bounds) rather than being added to it at the end, so a
         # second call after a first into the same C keeps one set of accumulators live, not two
-        c_base = builder.gep(c_data, [c_off])
-        ptrs = [[vector_at(c_base, builder.add(builder.mul(ir.Constant(_I64, r), c_rs), ir.Constant(_I64, v * lanes)))
-                 for v in range(nv)] for r in range(mr)]
         slots = [[cgutils.alloca_once(builder, vty, name=f"acc{r}_{v}") for v in range(nv)] for r in range(mr)]
-        for r in range(mr):
-            for v in range(nv):
-                builder.store(builder.select(flag, builder.load(ptrs[r][v], align=4), zero), slots[r][v])
+        if columns:   # masked loads, a transpose: only where the tile accumulates
+            load_tile, store_tile = _column_tile(builder, vty, lanes, mr, nr, c_data, c_off, *c_rs)
+            with builder.if_else(flag) as (added, stored):
+                with added:
+                    for r, row in enumerate(load_tile()):
+                        for v in range(nv):
+                            builder.store(row[v], slots[r][v])
+                with stored:
+                    for r in range(mr):
+                        for v in range(nv):
+                            builder.store(zero, slots[r][v])
+        else:
+            c_base = builder.gep(c_data, [c_off])
+            ptrs = [[vector_at(c_base, builder.add(builder.mul(ir.Constant(_I64, r), c_rs),
+                                                   ir.Constant(_I64, v * lanes))) for v in range(nv)] for r in range(mr)]
+            for r in range(mr):
+                for v in range(nv):
+                    builder.store(builder.select(flag, builder.load(ptrs[r][v], align=4), zero), slots[r][v])
 
         def loops(level, a_base, b_base):
             if level == n_outer:
@@ -245,9 +340,12 @@ def _nest_codegen(mr: int, nr: int, lanes: int, n_outer: int):
                         builder.store(builder.call(fma, [a_splat, bvec[v], builder.load(slots[r][v])]), slots[r][v])
 
         loops(0, ir.Constant(_I64, 0), b_off)
-        for r in range(mr):
-            for v in range(nv):
-                builder.store(builder.load(slots[r][v]), ptrs[r][v], align=4)
+        if columns:
+            store_tile([[builder.load(slots[r][v]) for v in range(nv)] for r in range(mr)])
+        else:
+            for r in range(mr):
+                for v in range(nv):
+                    builder.store(builder.load(slots[r][v]), ptrs[r][v], align=4)
         return context.get_dummy_value()
 
     return codegen

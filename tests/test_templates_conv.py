@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from codegen.source import render
 from schedules import get_template
 from schedules.space import ConfigError
+from schedules.templates.conv2d_blocked import pixel_run
 from tests.template_cases import check, conv_wl, make_wl, precompile
 
 CONV = get_template("conv2d")
@@ -345,3 +346,23 @@ def test_avx512_blocked_tiles_match_numpy(geo, cin, cout, tile):
                                            "vec": "oc", "regtile": tile, "tile_code": "vec16", "KC": 2, "PB": 2})
     assert "tile_fma(" in render(CONV.lower(wl, cfg).module)
     check(CONV, wl, cfg)
+
+
+@pytest.mark.parametrize("h, w, s, tile, run", [
+    (7, 7, 1, "14x32", 7),      # a tile holds two rows; the last one row past the plane
+    (14, 14, 2, "14x32", 7),    # stride 2: 7x7 outputs from the phase planes
+    (12, 12, 1, "6x16", 6),     # rows of two tiles
+    (5, 3, 1, "6x16", 3),       # tiles of two rows of 3, the last one row past the plane
+])
+def test_blocked_tiles_along_rows_match_numpy(h, w, s, tile, run):
+    """Tiles whose pixels lie along rows (`pixel_run`) read their windows at constant offsets
+    from a base per row; the output tiles, column-major and masked where they pass the plane or
+    the channels (40 of 64), accumulate in place over chunks of KC blocks (3 blocks of 19 channels)."""
+    wl = conv_wl(1, 19, h, w, 40, s=s, epi=("res", "relu"), bias=False)
+    mr = int(tile.split("x")[0])
+    assert pixel_run(mr, wl.output_shape[3]) == run
+    for kc in (0, 2):
+        cfg = CONV.space(wl, AVX512).validate({**CONV.default_config(wl, AVX512).to_json(), "algo": "blocked",
+                                               "vec": "oc", "regtile": tile, "tile_code": "vec16", "KC": kc, "PB": 2})
+        assert "o0 + xg + 8," in render(CONV.lower(wl, cfg).module)
+        check(CONV, wl, cfg)

@@ -151,6 +151,39 @@ def test_nest_form_segments_run_one_after_another(backend):
         assert np.allclose(C, want, rtol=1e-5, atol=1e-4), (n1, acc)
 
 
+@pytest.mark.parametrize("mr,nr,lanes", [(14, 32, 16), (6, 16, 8), (3, 16, 16), (20, 16, 16), (5, 12, 4)])
+def test_nest_form_column_major_tile_writes_its_rows_and_columns_only(backend, mr, nr, lanes):
+    """C's tile column-major ((c_colstride, m, n) for c_rowstride: a conv's pixels x channels
+    tile into NCHW channel rows): per LANES block one transpose; only rows < m and columns < n
+    read (acc) and written, the elements around them (the next tile's, the next channel's) kept."""
+    call = vector_tile("A", [f"a0 + {r * 3}" for r in range(mr)], "1", "B", "0", str(nr), f"((2, 5, {nr} * nk), nk)",
+                       "C", "c_off", "(cs, m, n)", "acc", nr, lanes)
+    params = (Param("A", "float32[::1]"), Param("B", "float32[::1]"), Param("C", "float32[::1]")) \
+        + tuple(Param(n, "int64") for n in ("a0", "nk", "c_off", "cs", "m", "n")) + (Param("acc", "boolean"),)
+    fn = backend.load(backend.compile(LoopModule((Function("tile", params, (call,)),))))["tile"]
+    rng = np.random.default_rng(mr + nr)
+    nk, a0, c_off, cs = 7, 2, 3, mr + 5
+    A = rng.standard_normal(a0 + 3 * mr + 5 + nk).astype(np.float32)
+    B = rng.standard_normal(2 * nr * nk).astype(np.float32)
+    for m, n, acc in ((mr, nr, False), (mr - 1, nr - 3, True), (1, 1, True), (0, nr, False)):
+        C = rng.standard_normal(c_off + nr * cs + 8).astype(np.float32)
+        want = C.astype(np.float64)
+        for r in range(m):
+            for c in range(n):
+                total = sum(float(A[a0 + 3 * r + 5 * j + k]) * float(B[j * nr * nk + k * nr + c])
+                            for j in range(2) for k in range(nk))
+                want[c_off + c * cs + r] = (want[c_off + c * cs + r] if acc else 0.0) + total
+        fn(A, B, C, a0, nk, c_off, cs, m, n, acc)
+        assert np.allclose(C, want, rtol=1e-5, atol=1e-4), (m, n, acc)
+
+
+def test_plain_form_has_no_column_major_tile(backend):
+    call = vector_tile("A", ["0"], "1", "B", "0", "8", "3", "C", "0", "(8, 1, 8)", "False", 8, 8)
+    params = (Param("A", "float32[::1]"), Param("B", "float32[::1]"), Param("C", "float32[::1]"))
+    with pytest.raises(CompileError, match="tile_fma"):
+        backend.compile(LoopModule((Function("tile", params, (call,)),)))
+
+
 def test_nest_form_rejects_a_malformed_nest(backend):
     call = vector_tile("A", ["0", "1"], "1", "B", "0", "8", "((2, 1), 3)", "C", "0", "8", "False", 8, 8)
     params = (Param("A", "float32[::1]"), Param("B", "float32[::1]"), Param("C", "float32[::1]"))

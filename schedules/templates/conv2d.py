@@ -57,7 +57,7 @@ from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
 from schedules.templates.conv2d_blocked import (DEFAULT_VECTOR_IR, channel_block, conv_blocked, pack_w_blocked,
-                                                pad_blocked, tap_order)
+                                                pad_blocked, pixel_run, tap_order)
 from schedules.templates.conv2d_depthwise import DWB_TILES, conv_depthwise, conv_depthwise_rows, pack_w_depthwise
 
 # MR x NR; NR is the vectorized axis (see `vec`). With 16 vector registers (AVX2, or AVX-512
@@ -113,11 +113,13 @@ def _tile_dims(regtile: str) -> tuple[int, int]:
 
 class Conv2dTemplate(Template):
     name = "conv2d"
-    version = 6   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`; v4: `dw_blocked`;
+    version = 7   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`; v4: `dw_blocked`;
                   # v5: dw_blocked pads per band of rows in its kernel, 1x1 direct px stores from registers;
                   # v6: strided 1x1 direct px: subsampled plane + the 1x1 GEMM; direct px: unsigned reads, full
                   # tiles stored from registers, a half tile for a row's last pixels, taps grouped by phase;
-                  # blocked's pad writes a pixel's channel block at once
+                  # blocked's pad writes a pixel's channel block at once; v7: blocked vector-IR tiles whose pixels
+                  # lie along one row (`pixel_run`) read their windows at constant offsets from one base, and
+                  # accumulate in the output (column-major tiles, masked), the epilogue in place
 
     def matches(self, wl: Workload) -> bool:
         if not wl.ops or wl.ops[0]["op"] != "Conv" or wl.ops[0]["in"][:2] != ["i0", "i1"]:
@@ -346,7 +348,7 @@ class Conv2dTemplate(Template):
         n_pt = -(-(OH * OW) // mr)
         n_ob, n_pb = -(-n_oct // cfg["OCB"]), -(-n_pt // cfg["PB"])
         module = LoopModule((pack_w_blocked(nr, cb, KH, KW, tap_order(geo) if lanes else None), pad_blocked(geo["SW"], cb),
-                             conv_blocked(mr, nr, cfg["order"], geo, epi, cb, lanes)),
+                             conv_blocked(mr, nr, cfg["order"], geo, epi, cb, lanes, pixel_run(mr, OW) if lanes else 0)),
                             doc=f"conv2d kernel: blocked (NCHW{cb}c) regtile={mr}x{nr} order={cfg['order']} "
                             + (f"tile_code={cfg['tile_code']} " if lanes else "") +
                             f"kernel={KH}x{KW} stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "

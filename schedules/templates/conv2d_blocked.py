@@ -18,7 +18,8 @@ The tile is written either as unrolled scalar locals that LLVM's SLP pass vector
 whole reduction (channel blocks x kernel rows around a contiguous run of taps x channels,
 or one run per phase plane for strided convs), the accumulators in registers throughout, in
 chunks of KC channel blocks (run-time) so that a chunk's weights or inputs stay in L1 across
-the work item's tiles; the tiles then go through the scratch `ct` and the same store loop.
+the work item's tiles; the tiles accumulate in the output itself (column-major, masked), bias
+and epilogue then applied there in place.
 """
 from __future__ import annotations
 
@@ -135,9 +136,10 @@ def buffered_store(epi: Epilogue, channels: str, oc: str, row: str, pixels: str,
     )),)
 
 
-def vector_tile_runs(mr: int, nr: int, geo: dict, cb: int, lanes: int, blocks: str, first: str, tile: str) -> tuple:
+def vector_tile_runs(mr: int, nr: int, geo: dict, cb: int, lanes: int, blocks: str, first: str, tile: str,
+                     rows: list, stride: str) -> tuple:
     """The tile as one nest-form `tile_fma` call into `ct` at element `tile`: the whole array
-    `Xc` from element `xg + o{r}` (pixel r's window in the chunk's first block) and `Wp` from
+    `Xc` from element `rows[r]` (pixel r's window in the chunk's first block) and `Wp` from
     `wg` (the chunk's panel), the accumulators in registers over `blocks` channel blocks (one
     block plane `PLN` apart in Xc) x the kernel rows around the row's taps. Where dilation ==
     stride a kernel row's KW * CB (tap, channel) pairs are one contiguous run (the taps'
@@ -146,7 +148,8 @@ def vector_tile_runs(mr: int, nr: int, geo: dict, cb: int, lanes: int, blocks: s
     loop of their own; else (stride 2, dilation 1: the taps alternate phase planes) the row is
     one segment per phase plane (its taps, neighbouring columns there, are consecutive in the
     packed weights: `tap_order`), or one per tap. The call starts from the tile where `first`
-    is true (a later chunk of the reduction), else stores it."""
+    is true (a later chunk of the reduction), else stores it: into `out` from element `tile`,
+    `stride` its C tile's (column-major: `codegen.vector_tile`) stride triple."""
     g, s = geo, geo["SW"]
     taps_b = g["KW"] * cb * nr                       # packed weights of one kernel row
     outer = f"({blocks}, PLN, {g['KH'] * taps_b}), ({g['KH']}, {g['DH'] * s * cb} * WQ, {taps_b})"
@@ -164,18 +167,31 @@ def vector_tile_runs(mr: int, nr: int, geo: dict, cb: int, lanes: int, blocks: s
                 segments.append(f"({xo}, {j * cb * nr}, {n * cb})")
                 j += n
         nest = f"({outer}, ({', '.join(segments)},))"
-    call = vector_tile("Xc", [f"o{r} + xg" for r in range(mr)], "1", "Wp", "wg", str(nr), nest, "ct", tile, str(nr),
-                       first, nr, lanes)
+    call = vector_tile("Xc", rows, "1", "Wp", "wg", str(nr), nest, "out", tile, stride, first, nr, lanes)
     return (call,)
 
 
-def conv_blocked_vector(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int, lanes: int) -> Function:
+def pixel_run(mr: int, ow: int) -> int:
+    """Pixels of an MR-pixel tile that lie consecutively in one output row from a row's start, where
+    every tile's do (0 where tiles start mid-row): MR where rows hold whole tiles, OW where a
+    tile holds whole rows. A code constant: such a tile's windows are a few base offsets plus
+    constants (`conv_blocked_vector`), one address register, not MR of them (14 pointers plus
+    the weights' spilled and were reloaded in the k loop: 6-8 % of 64->64 3x3 @56, measured)."""
+    return mr if ow % mr == 0 else ow if mr % ow == 0 else 0
+
+
+def conv_blocked_vector(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int, lanes: int,
+                        run: int = 0) -> Function:
     """The kernel with the vector-IR tile (`vector_tile_runs`): work items as `conv_blocked`'s;
     per tile of the outer loop (an OC tile for "oc_px", a pixel tile for "px_oc") the reduction
     runs in chunks of KC channel blocks (run-time; KC <= 0: all at once), each chunk over all
     tiles of the inner loop, so the chunk's weights (oc_px) or input (px_oc) stay in L1 across
-    them; the inner loop's tiles accumulate in `ct[i]`, stored (bias, epilogue) after the last
-    chunk."""
+    them. The tiles accumulate in the output itself: an output channel's pixels are contiguous
+    there, so the tile is column-major and masked at the plane's and the channels' ends
+    (`codegen.vector_tile`: a transpose in registers and 16-lane masked stores, where a loop over
+    a scratch tile stored 448 scalars: 10 % of 64->64 3x3 @56, measured); bias and epilogue then
+    run in place over the work item's channel rows (contiguous: vectorized). `run`
+    (`pixel_run`, 0: none) fixes how the tile's pixels lie along the rows."""
     g = geo
     oc_loop = ("oct", "ob * OCB", "min(n_oct, ob * OCB + OCB)")
     px_loop = ("pt", "pb * PB", "min(n_pt, pb * PB + PB)")
@@ -185,26 +201,39 @@ def conv_blocked_vector(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, 
     # pixels past the plane read the last pixel's window (they are not stored)
     at = lambda: f"(pr * {g['SH'] * g['SW']} * WQ + pc) * {cb}"   # noqa: E731
     offsets = (Assign("p0", f"pt * {mr}"), Assign("pr", "p0 // OW"), Assign("pc", "p0 - pr * OW"), Assign("o0", at()))
-    for r in range(1, mr):
-        offsets += (Assign("pc", "pc + 1"), If("pc == OW", (Assign("pc", "0"), Assign("pr", "pr + 1"))),
-                    Assign(f"o{r}", f"{at()} if p0 + {r} < P else o{r - 1}"))
+    if run:   # runs of `run` pixels along a row from a row's start: run bases, pixels a constant apart from theirs
+        for j in range(1, mr // run):
+            offsets += (Assign(f"o{j}", f"o{j - 1} + {g['SH'] * g['SW'] * cb} * WQ if p0 + {j * run} < P else o{j - 1}"),)
+        rows = [f"o{r // run} + xg + {(r % run) * cb}" if r % run else f"o{r // run} + xg" for r in range(mr)]
+    else:
+        for r in range(1, mr):
+            offsets += (Assign("pc", "pc + 1"), If("pc == OW", (Assign("pc", "0"), Assign("pr", "pr + 1"))),
+                        Assign(f"o{r}", f"{at()} if p0 + {r} < P else o{r - 1}"))
+        rows = [f"o{r} + xg" for r in range(mr)]
     tiles = (
         Assign("xg", "(n * NB + g * NCB + c0) * PLN"),
         Assign("wg", f"((g * n_oct + oct) * KB + c0 * {g['KH'] * g['KW'] * cb}) * {nr}"),
-    ) + vector_tile_runs(mr, nr, geo, cb, lanes, "nc", "c0 > 0", f"({index}) * {mr * nr}")
+    ) + vector_tile_runs(mr, nr, geo, cb, lanes, "nc", "c0 > 0", f"(n * OC + g * OCg + oct * {nr}) * P + p0", rows,
+                         f"(P, min({mr}, P - p0), min({nr}, OCg - oct * {nr}))")
     # the offsets where the pixel tile changes: per inner tile (oc_px), else once per outer one
     chunk = For(*inner, body=offsets + tiles) if order == "oc_px" else For(*inner, body=tiles)
     first = () if order == "oc_px" else offsets
-    store = For(*inner, body=(Assign("p0", f"pt * {mr}"), Assign("ctile", f"ct[{index}]")) + buffered_store(
-        epi, f"min({nr}, OCg - oct * {nr})", f"g * OCg + oct * {nr} + q", "out[n, oc, p0:]", f"min({mr}, P - p0)",
-        "p0 + r", tile=f"ctile[r * {nr} + q]"))
+    # the work item's outputs: channel tiles x pixel tiles, one run of pixels per channel
+    chans, pix = (("oct * {nr}", "min(OCg, oct * {nr} + {nr})"), ("pb * PB * {mr}", "min(P, (pb * PB + PB) * {mr})")) \
+        if order == "oc_px" else (("ob * OCB * {nr}", "min(OCg, (ob * OCB + OCB) * {nr})"), ("p0", "min(P, p0 + {mr})"))
+    assigns, result = epi.emit("v", "n * OC + oc", "up", "e", c="oc")
+    store = For("q", *(e.format(nr=nr, mr=mr) for e in chans), (
+        Assign("oc", "g * OCg + q"), Assign("bo", "bias[oc]"), Assign("orow", "out[n, oc]"),
+        For("p", *(e.format(nr=nr, mr=mr) for e in pix), (
+            Assign("up", "np.uint64(p)"), Assign("v", "orow[up] + bo"),
+        ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[up]", result),)),
+    ))
     body = (
         Assign("OCg", "OC // G"), Assign("NB", "Xc.shape[1]"), Assign("NCB", "NB // G"), Assign("P", "OH * OW"),
         Assign("PLN", "Xc.shape[2]"), Assign("KB", "Wp.shape[2]"),
         Assign("KCB", "NCB if KC <= 0 else min(KC, NCB)"),
         Assign("n_oct", f"(OCg + {nr - 1}) // {nr}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),
         Assign("n_pt", f"(P + {mr - 1}) // {mr}"), Assign("n_pb", "(n_pt + PB - 1) // PB"),
-        Alloc("ct", ("PB" if order == "oc_px" else "OCB", str(mr * nr))),
         For("it", "t", "N * G * n_ob * n_pb", step="T", body=(
             *unflatten("it", (("pb", "n_pb"), ("ob", "n_ob"), ("g", "G")), "n"),
             For(*outer, body=first + (
@@ -219,12 +248,13 @@ def conv_blocked_vector(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, 
     return Function("conv", params, body)
 
 
-def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int, lanes: int | None = None) -> Function:
+def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int, lanes: int | None = None,
+                 run: int = 0) -> Function:
     """The kernel: work items t, t+T, ... of (n, g, OC block of OCB tiles, pixel block of PB
     tiles); per tile, MR pixel offsets, then the register tile over (cb, kh, kw, ci): SLP
     scalar locals (`lanes` None) or, with `lanes`, `conv_blocked_vector`'s kernel."""
     if lanes is not None:
-        return conv_blocked_vector(mr, nr, order, geo, epi, cb, lanes)
+        return conv_blocked_vector(mr, nr, order, geo, epi, cb, lanes, run)
     g, s = geo, geo["SW"]
 
     def k_loops(body):

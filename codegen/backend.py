@@ -19,6 +19,7 @@ each `Library` step to `library`. See `schedules.launch` for the description.
 from __future__ import annotations
 
 import abc
+import contextlib
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -183,6 +184,11 @@ class Backend(abc.ABC):
 
     def synchronize(self) -> None:
         """Wait for launched work to finish (asynchronous devices); the CPU is synchronous."""
+
+    def fp_mode(self):
+        """A context the kernels run in: the floating-point mode of the calling thread they
+        expect (the CPU's flushes denormals, `codegen.fpmode`), restored after."""
+        return contextlib.nullcontext()
 
     def time(self, run: Callable[[], None], number: int | None, repeat: int, min_repeat_ms: float,
              flush: Callable[[], None] | None = None) -> tuple[list[float], int]:

@@ -668,11 +668,12 @@ class CompiledModel:
                 if times is None and (not prog.timed or (self._parent is not None and self._parent._timing)):
                     times = []
                 try:
-                    if times is None:
-                        return self._run(feeds, prog)
-                    prog.timed = True
-                    del times[:]
-                    return self._run_timed(feeds, prog, times)
+                    with self.backend.fp_mode():
+                        if times is None:
+                            return self._run(feeds, prog)
+                        prog.timed = True
+                        del times[:]
+                        return self._run_timed(feeds, prog, times)
                 except _RefFailed as e:  # only with a fallback: that node moves to onnxruntime
                     self._unsupported.add(e.node.name)
                     self._index()

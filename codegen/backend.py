@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -40,11 +41,11 @@ def aligned_empty(shape, dtype) -> np.ndarray:
     one (malloc's header), so every 64-byte vector load of an AVX-512 kernel spans two cache
     lines: measured on an Intel Xeon, LayerNorm 128x1024 22.8 us misaligned vs 16.7 aligned."""
     dtype = np.dtype(dtype)
-    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+    nbytes = math.prod(shape) * dtype.itemsize
     raw = np.empty(nbytes + ALIGN, np.uint8)
     start = -raw.ctypes.data % ALIGN
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    return np.frombuffer(raw, dtype, nbytes // dtype.itemsize, start).reshape(shape)
 
 
 def aligned(a, dtype=None) -> np.ndarray:

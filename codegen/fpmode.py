@@ -16,54 +16,66 @@ Elsewhere than x86-64 both are no-ops.
 """
 from __future__ import annotations
 
+import functools
 import platform
 
 AVAILABLE = platform.machine().lower() in ("x86_64", "amd64")
 FTZ_DAZ = 0x8040   # MXCSR bit 15: results flushed to zero; bit 6: denormal inputs read as zero
 
-if AVAILABLE:
+@functools.lru_cache(maxsize=None)
+def _compiled():
+    """(mxcsr, set_mxcsr, swap_in) as numba functions, defined at first use: numba must not be
+    touched before `codegen.cpu` has chosen the process's CPU features (`_use_wide_vectors`)."""
+    import codegen.cpu  # noqa: F401  (first: numba's CPU features are fixed at its first compile)
     from llvmlite import ir
     from numba import njit, types
     from numba.core import cgutils
     from numba.extending import intrinsic
 
-    _I32, _I8P = ir.IntType(32), ir.IntType(8).as_pointer()
+    i32, i8p = ir.IntType(32), ir.IntType(8).as_pointer()
 
-    def _csr_call(builder, name: str, slot) -> None:
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [_I8P]), name)
-        builder.call(fn, [builder.bitcast(slot, _I8P)])
+    def csr_call(builder, name: str, slot) -> None:
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p]), name)
+        builder.call(fn, [builder.bitcast(slot, i8p)])
 
     @intrinsic
-    def _get(typingctx):
+    def get(typingctx):
         def codegen(context, builder, sig, args):
-            slot = cgutils.alloca_once(builder, _I32)
-            _csr_call(builder, "llvm.x86.sse.stmxcsr", slot)
+            slot = cgutils.alloca_once(builder, i32)
+            csr_call(builder, "llvm.x86.sse.stmxcsr", slot)
             return builder.load(slot)
         return types.uint32(), codegen
 
     @intrinsic
-    def _set(typingctx, value):
+    def put(typingctx, value):
         def codegen(context, builder, sig, args):
-            slot = cgutils.alloca_once(builder, _I32)
+            slot = cgutils.alloca_once(builder, i32)
             builder.store(args[0], slot)
-            _csr_call(builder, "llvm.x86.sse.ldmxcsr", slot)
+            csr_call(builder, "llvm.x86.sse.ldmxcsr", slot)
             return context.get_dummy_value()
         return types.void(types.uint32), codegen
 
     @njit(nogil=True, cache=True)
     def mxcsr():
-        return _get()
+        return get()
 
     @njit(nogil=True, cache=True)
     def set_mxcsr(value):
-        _set(value)
+        put(value)
 
     @njit(nogil=True, cache=True)
-    def _swap_in(bits):
+    def swap_in(bits):
         """The register as it was; `bits` set in it."""
-        old = _get()
-        _set(old | bits)
+        old = get()
+        put(old | bits)
         return old
+
+    return mxcsr, set_mxcsr, swap_in
+
+
+def mxcsr() -> int:
+    """This thread's MXCSR register."""
+    return int(_compiled()[0]())
 
 
 class flushed:
@@ -71,15 +83,15 @@ class flushed:
     __slots__ = ("_old",)
 
     def __enter__(self):
-        self._old = _swap_in(FTZ_DAZ) if AVAILABLE else None
+        self._old = _compiled()[2](FTZ_DAZ) if AVAILABLE else None
         return self
 
     def __exit__(self, *exc) -> None:
         if self._old is not None:
-            set_mxcsr(self._old)
+            _compiled()[1](self._old)
 
 
 def flush_here() -> None:
     """FTZ and DAZ set in this thread for good: for threads that only run kernels."""
     if AVAILABLE:
-        _swap_in(FTZ_DAZ)
+        _compiled()[2](FTZ_DAZ)

@@ -48,3 +48,24 @@ def test_a_model_call_runs_its_kernels_flushed_and_hands_the_mode_back(tmp_path)
     np.testing.assert_array_equal(y[0], np.ones(32, np.float32))
     assert not y[1:].any()                      # denormal inputs read as zero (IEEE: 1e-39 each)
     assert fpmode.mxcsr() & fpmode.FTZ_DAZ == 0 and _ieee_product() == TINY   # the caller's mode is back
+
+
+def test_nothing_compiles_before_the_cpu_backend_chooses_wide_vectors():
+    """numba fixes its CPU features at its first compile: if the mode functions (or anything
+    imported with the packages) compiled before `codegen.cpu` dropped `prefer-256-bit`, every
+    kernel of the process would be built for 256-bit vectors on AVX-512 (it happened once)."""
+    import os
+    import subprocess
+    import sys
+    from numba.core.codegen import get_host_cpu_features
+    if "+avx512f" not in get_host_cpu_features().split(",") or os.environ.get("TENSORTUNE_PREFER_256") == "1" \
+            or os.environ.get("NUMBA_CPU_FEATURES"):
+        pytest.skip("needs an AVX-512 host with the default features")
+    code = ("from codegen import fpmode\n"
+            "with fpmode.flushed(): pass\n"
+            "import ir, schedules, tuner, database, runtime\n"
+            "from codegen.cpu import _host\n"
+            "print(_host()['vector_bits'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "512", out.stdout

@@ -348,12 +348,16 @@ class Conv2dTemplate(Template):
         ncb, n_oct = -(-Cg // cb), -(-OCg // nr)
         n_pt = -(-(OH * OW) // mr)
         n_ob, n_pb = -(-n_oct // cfg["OCB"]), -(-n_pt // cfg["PB"])
+        split = residual_split(epi) if lanes else None
+        # with `split` the doc too is one for both residual variants: one module source, one compile
+        epi_doc = f"epilogue [residual?] + {[st[0]['op'] for st in split[0].steps]}" if split else \
+            f"epilogue {[st[0]['op'] for st in epi.steps]}"
         module = LoopModule((pack_w_blocked(nr, cb, KH, KW, tap_order(geo) if lanes else None), pad_blocked(geo["SW"], cb),
                              conv_blocked(mr, nr, cfg["order"], geo, epi, cb, lanes, pixel_run(mr, OW) if lanes else 0)),
                             doc=f"conv2d kernel: blocked (NCHW{cb}c) regtile={mr}x{nr} order={cfg['order']} "
                             + (f"tile_code={cfg['tile_code']} " if lanes else "") +
                             f"kernel={KH}x{KW} stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
-                            f"epilogue {[st[0]['op'] for st in epi.steps]}",
+                            + epi_doc,
                             meta={"template": f"conv2d v{self.version}"})
         wp = Buffer("Wp", (G, n_oct, ncb * KH * KW * cb, nr))
         w_const = wl.inputs[1]["const"]
@@ -362,7 +366,6 @@ class Conv2dTemplate(Template):
         bias, tables = _bias(wl, OC)
         extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
         flag = ()
-        split = residual_split(epi) if lanes else None
         if split:   # the one code of Relu and Add+Relu (`residual_split`): residual or a dummy, and its flag
             if split[1] is None:
                 extras, tables = (Table("nores"),), {**tables, "nores": np.zeros((1, 1), np.float32)}

@@ -7,7 +7,9 @@ in a fresh process with an empty kernel cache, as a cold model's first call comp
 per code shape the wall and CPU seconds of `backend.compile(module)`. A function already
 compiled for an earlier code shape of the same model (this checkout: helpers such as padding
 and weight packing have their own cache entries) is not compiled again, so the figures are
-what a cold model pays per code shape. The `--speed` largest kernels of each model are also
+what a cold model pays per code shape; a module all of whose functions were compiled before
+(e.g. a blocked conv that differs from another only in its residual, a run-time flag) is no
+code shape of its own. The `--speed` largest kernels of each model are also
 timed (1 thread) so that faster compiles are seen not to cost run time.
 
 `--baseline DIR` (a checkout of an older commit, e.g. `git archive <commit> | tar -x -C DIR`)
@@ -82,6 +84,16 @@ def model_jobs(path: Path, sizes: dict) -> list:
     return seen
 
 
+def _function_texts(module) -> set | None:
+    """The sources `module`'s functions compile from (`codegen.build.parts_for` keys its files by
+    them), or None in a checkout that compiles whole modules."""
+    try:
+        from codegen.source import render_function
+    except ImportError:
+        return None
+    return {render_function(f, lean=True) for f in module.functions}
+
+
 def _warm_up(backend) -> None:
     """numba's one-time start-up (first compile in a process), paid before the timed compiles."""
     from schedules.registry import get_template
@@ -142,8 +154,12 @@ def compile_model(name: str, path: Path, speed: int) -> dict:
         module = template.lower(wl, cfg).module
         distinct.setdefault(backend.source_key(module), (template, wl, cfg, module))
     _warm_up(backend)
-    rows = []
+    rows, compiled = [], set()
     for key, (template, wl, cfg, module) in distinct.items():
+        texts = _function_texts(module)
+        if texts is not None and texts <= compiled:
+            continue   # every function compiled for an earlier module (their files are keyed by their own source)
+        compiled |= texts or set()
         t0, c0 = time.perf_counter(), time.process_time()
         art = backend.compile(module)
         rows.append({"template": template.name, "what": module.doc.split(":")[-1].strip()[:90] if module.doc else "",

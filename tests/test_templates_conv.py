@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from codegen.source import render
 from schedules import get_template
 from schedules.space import ConfigError
-from schedules.templates.conv2d_blocked import pixel_run
+from schedules.epilogue import parse_epilogue
+from schedules.templates.conv2d_blocked import pixel_run, residual_split
 from tests.template_cases import check, conv_wl, make_wl, precompile
 
 CONV = get_template("conv2d")
@@ -366,3 +367,21 @@ def test_blocked_tiles_along_rows_match_numpy(h, w, s, tile, run):
                                                "vec": "oc", "regtile": tile, "tile_code": "vec16", "KC": kc, "PB": 2})
         assert "o0 + xg + 8," in render(CONV.lower(wl, cfg).module)
         check(CONV, wl, cfg)
+
+
+@pytest.mark.parametrize("s", [1, 2])
+def test_blocked_residual_is_a_run_time_flag(s):
+    """The vector-IR blocked module of Conv+Relu and Conv+Add+Relu is one source, as are Conv and
+    Conv+Add (`residual_split`: the residual Add behind a run-time flag), and each matches NumPy;
+    a per-channel Mul is no residual and keeps its own code."""
+    wls = [conv_wl(1, 19, 9, 11, 40, s=s, epi=e) for e in (("relu",), ("res", "relu"), (), ("res",))]
+    funcs = []
+    for wl in wls:
+        cfg = CONV.space(wl, AVX512).validate({**CONV.default_config(wl, AVX512).to_json(), "algo": "blocked",
+                                               "vec": "oc", "regtile": "12x32", "tile_code": "vec16", "PB": 2})
+        funcs.append(render(CONV.lower(wl, cfg).module))
+        check(CONV, wl, cfg)
+    assert funcs[0] == funcs[1] != funcs[2] == funcs[3] and "if R != 0:" in funcs[1]
+    assert residual_split(parse_epilogue(wls[2], 3, wls[2].output_shape, 1, True))[1] is None
+    chan = conv_wl(1, 19, 9, 11, 40, s=s, epi=("chan", "relu"))
+    assert residual_split(parse_epilogue(chan, 3, chan.output_shape, 1, True)) is None

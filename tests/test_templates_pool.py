@@ -13,6 +13,7 @@ POOL = get_template("pool")
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
 @pytest.mark.parametrize("attrs,owtile,unroll", [
     ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, 8, True),             # ResNet's
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, 8, False),            # its default
     ({"kernel_shape": [2, 3], "strides": [2, 1], "pads": [0, 1, 1, 0], "ceil_mode": 1,
       "dilations": [1, 2], "count_include_pad": 1}, 1, False),
 ])

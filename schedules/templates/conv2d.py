@@ -57,7 +57,7 @@ from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
 from schedules.templates.conv2d_blocked import (DEFAULT_VECTOR_IR, channel_block, conv_blocked, pack_w_blocked,
-                                                pad_blocked, pixel_run, tap_order)
+                                                pad_blocked, pixel_run, residual_split, tap_order)
 from schedules.templates.conv2d_depthwise import DWB_TILES, conv_depthwise, conv_depthwise_rows, pack_w_depthwise
 
 # MR x NR; NR is the vectorized axis (see `vec`). With 16 vector registers (AVX2, or AVX-512
@@ -113,13 +113,14 @@ def _tile_dims(regtile: str) -> tuple[int, int]:
 
 class Conv2dTemplate(Template):
     name = "conv2d"
-    version = 7   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`; v4: `dw_blocked`;
+    version = 8   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`; v4: `dw_blocked`;
                   # v5: dw_blocked pads per band of rows in its kernel, 1x1 direct px stores from registers;
                   # v6: strided 1x1 direct px: subsampled plane + the 1x1 GEMM; direct px: unsigned reads, full
                   # tiles stored from registers, a half tile for a row's last pixels, taps grouped by phase;
                   # blocked's pad writes a pixel's channel block at once; v7: blocked vector-IR tiles whose pixels
                   # lie along one row (`pixel_run`) read their windows at constant offsets from one base, and
-                  # accumulate in the output (column-major tiles, masked), the epilogue in place
+                  # accumulate in the output (column-major tiles, masked), the epilogue in place; v8: their
+                  # residual Add a run-time flag (`residual_split`: one code for Relu and Add+Relu)
 
     def matches(self, wl: Workload) -> bool:
         if not wl.ops or wl.ops[0]["op"] != "Conv" or wl.ops[0]["in"][:2] != ["i0", "i1"]:
@@ -347,12 +348,16 @@ class Conv2dTemplate(Template):
         ncb, n_oct = -(-Cg // cb), -(-OCg // nr)
         n_pt = -(-(OH * OW) // mr)
         n_ob, n_pb = -(-n_oct // cfg["OCB"]), -(-n_pt // cfg["PB"])
+        split = residual_split(epi) if lanes else None
+        # with `split` the doc too is one for both residual variants: one module source, one compile
+        epi_doc = f"epilogue [residual?] + {[st[0]['op'] for st in split[0].steps]}" if split else \
+            f"epilogue {[st[0]['op'] for st in epi.steps]}"
         module = LoopModule((pack_w_blocked(nr, cb, KH, KW, tap_order(geo) if lanes else None), pad_blocked(geo["SW"], cb),
                              conv_blocked(mr, nr, cfg["order"], geo, epi, cb, lanes, pixel_run(mr, OW) if lanes else 0)),
                             doc=f"conv2d kernel: blocked (NCHW{cb}c) regtile={mr}x{nr} order={cfg['order']} "
                             + (f"tile_code={cfg['tile_code']} " if lanes else "") +
                             f"kernel={KH}x{KW} stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
-                            f"epilogue {[st[0]['op'] for st in epi.steps]}",
+                            + epi_doc,
                             meta={"template": f"conv2d v{self.version}"})
         wp = Buffer("Wp", (G, n_oct, ncb * KH * KW * cb, nr))
         w_const = wl.inputs[1]["const"]
@@ -360,6 +365,11 @@ class Conv2dTemplate(Template):
                                  Scalar(G), Scalar(OCg), Scalar(Cg), Scalar(ncb)), items=G * n_oct, parallel=par)
         bias, tables = _bias(wl, OC)
         extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
+        flag = ()
+        if split:   # the one code of Relu and Add+Relu (`residual_split`): residual or a dummy, and its flag
+            if split[1] is None:
+                extras, tables = (Table("nores"),), {**tables, "nores": np.zeros((1, 1), np.float32)}
+            flag = (Scalar(int(split[1] is not None)),)
         hp, wq = _padded_size(geo, OH, OW)
         xc = Buffer("Xc", (N, G * ncb, hp * geo["SW"] * wq * cb))
         pad = Call("pad", (In(0, (N, C, H, W), "float32"), Work("Xc"),
@@ -367,7 +377,7 @@ class Conv2dTemplate(Template):
                    items=N * G * ncb, parallel=par)
         conv = Call("conv", (Work("Xc"), pack_w.args[1], bias, *extras, Out((N, OC, OH * OW)),
                              *(Scalar(v) for v in (N, OC, G, OH, OW, wq, cfg["OCB"], cfg["PB"])),
-                             *((Scalar(cfg.get("KC", 0)),) if lanes else ())),
+                             *((Scalar(cfg.get("KC", 0)),) if lanes else ()), *flag),
                     items=N * G * n_ob * n_pb, parallel=par)
         steps, work = (pad, conv), (xc,)
         if not w_const:

@@ -23,7 +23,7 @@ and epilogue then applied there in place.
 """
 from __future__ import annotations
 
-from schedules.epilogue import Epilogue
+from schedules.epilogue import Epilogue, Extra
 from schedules.loopnest import Alloc, Assign, For, Function, If, Param, unflatten
 from schedules.microkernel import F0, register_tile, vector_tile
 
@@ -180,6 +180,23 @@ def pixel_run(mr: int, ow: int) -> int:
     return mr if ow % mr == 0 else ow if mr % ow == 0 else 0
 
 
+def residual_split(epi: Epilogue) -> tuple[Epilogue, Extra | None] | None:
+    """`epi` as (tail, residual): an optional leading Add of a full-plane extra (ResNet's skip
+    connection), then steps that read no extras (Relu), or None for any other epilogue. The
+    vector-IR kernel takes the residual as a run-time flag (`conv_blocked_vector`), so Conv+Relu
+    and Conv+Add+Relu of one geometry share one compile (~4 CPU s each, ResNet-18's 3x3 convs)."""
+    steps, extras = epi.steps, epi.extras
+    res = None
+    if steps and steps[0][0]["op"] == "Add" and len(extras) >= 1:
+        refs = [a for a in steps[0][1] if a != "chain"]
+        first = [e for e in extras if refs == [f"i{e.input_index}"]]
+        if len(first) == 1 and first[0].mode == "full" and first[0].dtype == "float32":
+            res, steps, extras = first[0], steps[1:], tuple(e for e in extras if e is not first[0])
+    if extras or any(a != "chain" for _, args in steps for a in args):
+        return None
+    return Epilogue(steps, ()), res
+
+
 def conv_blocked_vector(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int, lanes: int,
                         run: int = 0) -> Function:
     """The kernel with the vector-IR tile (`vector_tile_runs`): work items as `conv_blocked`'s;
@@ -190,7 +207,8 @@ def conv_blocked_vector(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, 
     there, so the tile is column-major and masked at the plane's and the channels' ends
     (`codegen.vector_tile`: a transpose in registers and 16-lane masked stores, where a loop over
     a scratch tile stored 448 scalars: 10 % of 64->64 3x3 @56, measured); bias and epilogue then
-    run in place over the work item's channel rows (contiguous: vectorized). `run`
+    run in place over the work item's channel rows (contiguous: vectorized), a residual Add
+    (`residual_split`) behind the run-time flag R, the residual `res` else a dummy. `run`
     (`pixel_run`, 0: none) fixes how the tile's pixels lie along the rows."""
     g = geo
     oc_loop = ("oct", "ob * OCB", "min(n_oct, ob * OCB + OCB)")
@@ -221,13 +239,17 @@ def conv_blocked_vector(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, 
     # the work item's outputs: channel tiles x pixel tiles, one run of pixels per channel
     chans, pix = (("oct * {nr}", "min(OCg, oct * {nr} + {nr})"), ("pb * PB * {mr}", "min(P, (pb * PB + PB) * {mr})")) \
         if order == "oc_px" else (("ob * OCB * {nr}", "min(OCg, (ob * OCB + OCB) * {nr})"), ("p0", "min(P, p0 + {mr})"))
-    assigns, result = epi.emit("v", "n * OC + oc", "up", "e", c="oc")
+    split = residual_split(epi)
+    tail = split[0] if split else epi
+    assigns, result = tail.emit("v", "n * OC + oc", "up", "e", c="oc")
+    pixels = lambda add: For("p", *(e.format(nr=nr, mr=mr) for e in pix), (   # noqa: E731
+        Assign("up", "np.uint64(p)"), Assign("v", "orow[up] + bo" + (" + rrow[up]" if add else "")),
+    ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[up]", result),))
+    # with `split`, the residual is a run-time flag R (one code for Relu and Add+Relu): a branch per channel row
+    rows = (If("R != 0", (Assign("rrow", "res[n * OC + oc]"), pixels(True)), (pixels(False),)),) if split \
+        else (pixels(False),)
     store = For("q", *(e.format(nr=nr, mr=mr) for e in chans), (
-        Assign("oc", "g * OCg + q"), Assign("bo", "bias[oc]"), Assign("orow", "out[n, oc]"),
-        For("p", *(e.format(nr=nr, mr=mr) for e in pix), (
-            Assign("up", "np.uint64(p)"), Assign("v", "orow[up] + bo"),
-        ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[up]", result),)),
-    ))
+        Assign("oc", "g * OCg + q"), Assign("bo", "bias[oc]"), Assign("orow", "out[n, oc]")) + rows)
     body = (
         Assign("OCg", "OC // G"), Assign("NB", "Xc.shape[1]"), Assign("NCB", "NB // G"), Assign("P", "OH * OW"),
         Assign("PLN", "Xc.shape[2]"), Assign("KB", "Wp.shape[2]"),
@@ -242,9 +264,11 @@ def conv_blocked_vector(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, 
             )),
         )),
     )
+    extras = (("res", "float32[:, ::1]"),) if split else tuple(epi.params())
     params = (Param("Xc", "float32[:, :, ::1]"), Param("Wp", "float32[:, :, :, ::1]"), Param("bias", "float32[::1]")) \
-        + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, :, ::1]"),) + tuple(
-        Param(n, "int64") for n in ("N", "OC", "G", "OH", "OW", "WQ", "OCB", "PB", "KC", "t", "T"))
+        + tuple(Param(n, t) for n, t in extras) + (Param("out", "float32[:, :, ::1]"),) + tuple(
+        Param(n, "int64") for n in ("N", "OC", "G", "OH", "OW", "WQ", "OCB", "PB", "KC") + (("R",) if split else ())
+        + ("t", "T"))
     return Function("conv", params, body)
 
 

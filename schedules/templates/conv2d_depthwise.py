@@ -28,10 +28,26 @@ from __future__ import annotations
 
 from schedules.epilogue import Epilogue
 from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, Param, unflatten
-from schedules.microkernel import F0
+from schedules.microkernel import F0, pick_tiles, vector_shape
 from schedules.templates.conv2d_blocked import buffered_store
 
-DWB_TILES = ("4x8", "8x8")   # pixels of an output row x channels of a block
+DWB_TILES = ("4x8", "8x8")   # pixels of an output row x channels of a block (AVX2: one ymm a pixel)
+# per vector shape ((lanes, registers): `schedules.microkernel.vector_shape`, `pick_tiles`): on
+# AVX-512 a block of 16 channels is one zmm a pixel (8-channel blocks fill half of one), and 32
+# registers hold up to ~28 accumulators; 7 and 14 pixels divide MobileNetV2's rows (112 .. 7)
+DWB_TILES_BY_SHAPE = {(8, 16): DWB_TILES, (16, 32): DWB_TILES + ("7x8", "7x16", "8x16", "14x16")}
+DWB_ALL_TILES = tuple(dict.fromkeys(t for ts in DWB_TILES_BY_SHAPE.values() for t in ts))
+
+
+def dwb_tiles(target=None) -> tuple:
+    """The `dw_blocked` tiles (pixels x channels of a block) for the target's vector shape."""
+    return pick_tiles(DWB_TILES_BY_SHAPE, *vector_shape(target))
+
+
+def dwb_default_tile(c: int, ow: int, target=None) -> str:
+    """The untuned `dw_blocked` tile: 8 pixels a tile where a row holds 8 (its last tile
+    overlaps), else 4, x 8 channels (AVX2's ymm; measured, experiments/bench_conv.md)."""
+    return "8x8" if ow >= 8 else "4x8"
 
 
 def pack_w_depthwise(cb: int, taps: int) -> Function:

@@ -366,12 +366,12 @@ def test_dw_blocked_avx512_channel_blocks_match_numpy(wl, tile):
 
 def test_dw_blocked_tiles_follow_the_vector_shape():
     """AVX2's `dw_blocked` tiles and defaults are 8-channel blocks as before; 16-channel tiles are in
-    AVX-512's space only."""
+    AVX-512's space only, its default on rows of 7 pixels of whole 16-channel blocks."""
     assert not any(t.endswith("x16") for t in
                    next(k for k in CONV.space(depthwise_wl(1, 96, 14, 14), AVX2).knobs if k.name == "regtile").options
                    if t not in ("2x16", "4x16"))   # those two are the `depthwise` (rows x pixels) tiles
-    for wl, avx2 in ((depthwise_wl(1, 96, 56, 56, s=2), "8x8"), (depthwise_wl(1, 960, 7, 7), "4x8"),
-                     (depthwise_wl(1, 576, 14, 14, s=2), "4x8")):
+    for wl, avx2, avx512 in ((depthwise_wl(1, 96, 56, 56, s=2), "8x8", "8x8"), (depthwise_wl(1, 960, 7, 7), "4x8", "7x16"),
+                             (depthwise_wl(1, 576, 14, 14, s=2), "4x8", "7x16"), (depthwise_wl(1, 40, 7, 7), "4x8", "4x8")):
         assert CONV.default_config(wl, AVX2)["regtile"] == avx2
         cfg = CONV.default_config(wl, AVX512)
-        assert CONV.space(wl, AVX512).validate(cfg) == cfg
+        assert cfg["regtile"] == avx512 and CONV.space(wl, AVX512).validate(cfg) == cfg

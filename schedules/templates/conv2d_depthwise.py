@@ -46,7 +46,14 @@ def dwb_tiles(target=None) -> tuple:
 
 def dwb_default_tile(c: int, ow: int, target=None) -> str:
     """The untuned `dw_blocked` tile: 8 pixels a tile where a row holds 8 (its last tile
-    overlaps), else 4, x 8 channels (AVX2's ymm; measured, experiments/bench_conv.md)."""
+    overlaps), else 4, x 8 channels (AVX2's ymm; measured, experiments/bench_conv.md). On
+    AVX-512, rows of 7 pixels (MobileNetV2's 960@7 and 576@14/2) of whole 16-channel blocks: one
+    7x16 tile a row, 1.25-1.3x faster than 4x8 (7x8: no faster, so it is the zmm blocks). On wider
+    rows 16-channel blocks were no faster: regrouping 16 planes per block stays scalar where 8
+    vectorize (LLVM's store groups), and it outweighs the FMAs saved (Xeon, 2026-12-02,
+    experiments/bench_depthwise.py)."""
+    if vector_shape(target)[0] >= 16 and ow == 7 and c % 16 == 0:
+        return "7x16"
     return "8x8" if ow >= 8 else "4x8"
 
 

@@ -349,10 +349,10 @@ def test_avx512_blocked_tiles_match_numpy(geo, cin, cout, tile):
 
 @pytest.mark.parametrize("wl, tile", [
     (depthwise_wl(1, 37, 9, 13, k=3, s=2, p=1, epi=("relu",)), "7x16"),            # 37 channels: a partial third block
-    (depthwise_wl(1, 21, 11, 16, mult=2, k=3, s=1, p=1, epi=("res", "relu")), "14x16"),   # a residual: no tile moved back
+    (depthwise_wl(1, 21, 11, 16, mult=2, k=3, s=1, p=1, epi=("res", "relu")), "8x16"),   # a residual: no tile moved back
     (depthwise_wl(1, 16, 7, 7, k=3, s=2, p=1, epi=("relu",)), "8x16"),              # rows narrower than the tile
     (depthwise_wl(1, 48, 10, 15, k=5, s=2, p=2, epi=("chan", "relu")), "7x16"),     # 5x5/2, per-channel scale
-    (depthwise_wl(1, 19, 8, 9, k=3, s=1, p=1, epi=("relu",)), "7x8"),
+    (depthwise_wl(1, 19, 8, 9, k=3, s=1, p=1, epi=("relu",)), "7x16"),             # one block: 16 + 3 channels
 ], ids=["37s2", "21x2res", "16@7s2", "48k5s2", "19k3"])
 def test_dw_blocked_avx512_channel_blocks_match_numpy(wl, tile):
     """The AVX-512 space's `dw_blocked` tiles of 16-channel blocks (one zmm a pixel) on odd

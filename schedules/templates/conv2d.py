@@ -174,8 +174,7 @@ class Conv2dTemplate(Template):
             # else vectors along 8-channel blocks: strided convs (a phase split copy of the
             # plane costs as much as the regroup) and tiny maps (7x7 and less waste most of a
             # row's vector), 1.0-3.1x faster than vectors along a plane's pixels there
-            # (experiments/bench_conv.md); 8 pixels a tile where a row holds 8 (its last tile
-            # overlaps), else 4. Bands of 16 output rows: the kernel regroups a band's input rows
+            # (experiments/bench_conv.md); the tile per vector shape: `dwb_default_tile`. Bands of 16 output rows: the kernel regroups a band's input rows
             # (plus the window's halo) into a buffer that stays in cache
             tile = dwb_default_tile(int(wl.inputs[0]["shape"][1]), ow, target)
             return self.space(wl, target).validate({"algo": "dw_blocked", "regtile": tile, "parallel": par, "PB": 16})
@@ -397,7 +396,7 @@ class Conv2dTemplate(Template):
         return Lowered(module, Launch((step,), tables=tables))
 
     def _lower_dw_blocked(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
-        """Depthwise along 8-channel blocks (`conv2d_depthwise`): weights packed at prepare, one
+        """Depthwise along channel blocks (the tile's 8 or 16, `conv2d_depthwise`): weights packed at prepare, one
         kernel that regroups each band of input rows into channel blocks itself."""
         tp, cb = _tile_dims(cfg["regtile"])
         par = cfg["parallel"]

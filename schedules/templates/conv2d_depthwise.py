@@ -4,14 +4,14 @@ end), vectorized along the pixels of a row of the NCHW planes as they are.
 
 The `depthwise` algorithm vectorizes along the pixels of one channel plane, so small maps
 (7x7, 14x14) and strides waste most lanes. Here the kernel regroups the input into blocks of
-8 channels (`conv2d_blocked.channel_block`: one AVX2 vector) of zero-bordered rows, one band
-of PB output rows (plus the window's halo rows) at a time into a thread-local buffer
-`xb[(r * WP + j) * 8 + ci]` that stays in cache (`fill_band`; no phase split: a strided conv's
+CB channels (the tile's: 8, one AVX2 vector; on AVX-512 also 16, one zmm, `DWB_TILES_BY_SHAPE`)
+of zero-bordered rows, one band of PB output rows (plus the window's halo rows) at a time into a thread-local buffer
+`xb[(r * WP + j) * CB + ci]` that stays in cache (`fill_band`; no phase split: a strided conv's
 channel vectors are contiguous anyway). A separate pad pass over the whole map took 33-55 %
 of a layer (it wrote the regrouped map to memory and the kernel read it back). The weights
-are packed at prepare as `Wp[m, cbk, (kh * KW + kw) * 8 + ci]`
+are packed at prepare as `Wp[m, cbk, (kh * KW + kw) * CB + ci]`
 (m: the channel multiplier). The register tile is TP consecutive output pixels of a row x the
-block's 8 channels: per tap one weight vector and TP input vectors feed TP FMAs; the kh/kw
+block's CB channels: per tap one weight vector and TP input vectors feed TP FMAs; the kh/kw
 loops have constant trip counts, so LLVM unrolls them. Indices are unsigned (np.uint64), so
 numba leaves its negative-index tests out of the tile.
 
@@ -33,9 +33,11 @@ from schedules.templates.conv2d_blocked import buffered_store
 
 DWB_TILES = ("4x8", "8x8")   # pixels of an output row x channels of a block (AVX2: one ymm a pixel)
 # per vector shape ((lanes, registers): `schedules.microkernel.vector_shape`, `pick_tiles`): on
-# AVX-512 a block of 16 channels is one zmm a pixel (8-channel blocks fill half of one), and 32
-# registers hold up to ~28 accumulators; 7 and 14 pixels divide MobileNetV2's rows (112 .. 7)
-DWB_TILES_BY_SHAPE = {(8, 16): DWB_TILES, (16, 32): DWB_TILES + ("7x8", "7x16", "8x16", "14x16")}
+# AVX-512 a block of 16 channels is one zmm a pixel (8-channel blocks fill half of one); 7 pixels
+# divide MobileNetV2's rows (112 .. 7). 14x16, 16x16, 28x16 (up to 28 of the 32 registers) and 7x8
+# were never faster than these (the regroup and the transposing stores, not the FMAs, bound the
+# kernel) and 14x16 compiles in 5.6 s CPU against 3.0 for 7x16 (Xeon, 2026-12-02)
+DWB_TILES_BY_SHAPE = {(8, 16): DWB_TILES, (16, 32): DWB_TILES + ("7x16", "8x16")}
 DWB_ALL_TILES = tuple(dict.fromkeys(t for ts in DWB_TILES_BY_SHAPE.values() for t in ts))
 
 

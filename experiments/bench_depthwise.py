@@ -2,9 +2,11 @@
 side with onnxruntime, 1 thread, CPU time of the calling thread, interleaved rounds, medians.
 
     python experiments/bench_depthwise.py [--rounds 5] [--only SUBSTR] [--tiles 2x16,4x8]
+        [--blocked-tiles 8x8,14x16] [--nets V2@224]
 
-Per layer: `dw_blocked` (8-channel blocks, vectors along channels), `depthwise` (NCHW as it is,
-vectors along a row's pixels) for each tile given, the template's default, and onnxruntime's
+Per layer: `dw_blocked` (channel blocks, vectors along channels) for each blocked tile given
+(pixels x channels of a block), `depthwise` (NCHW as it is, vectors along a row's pixels) for
+each tile given, the template's default, and onnxruntime's
 Conv + Relu alone (which runs its NCHWc kernel between a reorder of the input and of the output:
 inside a model those reorders are shared by neighbouring convs, so its in-model time is lower).
 """
@@ -32,7 +34,12 @@ from tests.template_cases import conv_wl, precompile  # noqa: E402
 # MobileNetV3-style at 32x32 (tests/real_models/mobilenetv3_torchscript.onnx)
 LAYERS = [("V2@96", 32, 48, 3, 1), ("V2@96", 96, 48, 3, 2), ("V2@96", 144, 24, 3, 1), ("V2@96", 144, 24, 3, 2),
           ("V2@96", 192, 12, 3, 1), ("V2@224", 144, 56, 3, 1), ("V2@224", 576, 14, 3, 1), ("V2@224", 960, 7, 3, 1),
-          ("V3@32", 16, 16, 3, 1), ("V3@32", 72, 16, 3, 2), ("V3@32", 96, 8, 5, 1), ("V3@224", 72, 56, 5, 2)]
+          ("V3@32", 16, 16, 3, 1), ("V3@32", 72, 16, 3, 2), ("V3@32", 96, 8, 5, 1), ("V3@224", 72, 56, 5, 2),
+          ("V3@224", 672, 14, 5, 2), ("V3@224", 960, 7, 5, 1)]
+# every distinct depthwise layer of MobileNetV2 at 224x224 (channels, input size, kernel, stride)
+V2_224 = [("V2@224", c, h, 3, s) for c, h, s in ((32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2),
+                                                  (192, 28, 1), (192, 28, 2), (384, 14, 1), (576, 14, 1),
+                                                  (576, 14, 2), (960, 7, 1))]
 
 
 def main(argv=None) -> int:
@@ -40,19 +47,26 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", default="")
     ap.add_argument("--tiles", default="2x16,4x8,4x16")
+    ap.add_argument("--blocked-tiles", default="8x8")
+    ap.add_argument("--nets", default="", help="comma-separated nets (V2@96, V2@224, V3@32, V3@224); "
+                    "V2@224 means every MobileNetV2 depthwise layer")
     args = ap.parse_args(argv)
     settings = Settings.from_env().with_(threads=1)
     use(settings)
     conv, backend = get_template("conv2d"), get_backend(None, settings)
-    layers = [lay for lay in LAYERS if args.only in f"{lay[0]} {lay[1]}@{lay[2]}/{lay[4]}"]
+    nets = [n for n in args.nets.split(",") if n]
+    pool = list(dict.fromkeys(LAYERS + V2_224)) if nets else LAYERS
+    layers = [lay for lay in pool if args.only in f"{lay[0]} {lay[1]}@{lay[2]}/{lay[4]}" and (not nets or lay[0] in nets)]
     wls = [conv_wl(1, c, h, h, c, k=k, s=s, p=k // 2, g=c, epi=("relu",)) for _, c, h, k, s in layers]
-    names = ["dw_blocked"] + [f"depthwise {t}" for t in args.tiles.split(",")]
+    btiles = [t for t in args.blocked_tiles.split(",") if t]
+    names = [f"dw_blocked {t}" for t in btiles] + [f"depthwise {t}" for t in args.tiles.split(",") if t]
 
     def configs(wl):
         base = conv.default_config(wl).to_json()
-        out = {"default": conv.default_config(wl), "dw_blocked": conv.space(wl).validate({**base, "algo": "dw_blocked",
-                                                                                        "PB": 16})}
-        for t in args.tiles.split(","):
+        out = {"default": conv.default_config(wl)}
+        for t in btiles:
+            out[f"dw_blocked {t}"] = conv.space(wl).validate({**base, "algo": "dw_blocked", "regtile": t, "PB": 16})
+        for t in [t for t in args.tiles.split(",") if t]:
             out[f"depthwise {t}"] = conv.space(wl).validate({**base, "algo": "depthwise", "regtile": t, "PB": 1})
         return out
     cfgs = [configs(wl) for wl in wls]

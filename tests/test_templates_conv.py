@@ -385,3 +385,33 @@ def test_blocked_residual_is_a_run_time_flag(s):
     assert residual_split(parse_epilogue(wls[2], 3, wls[2].output_shape, 1, True))[1] is None
     chan = conv_wl(1, 19, 9, 11, 40, s=s, epi=("chan", "relu"))
     assert residual_split(parse_epilogue(chan, 3, chan.output_shape, 1, True)) is None
+
+
+@pytest.mark.parametrize("wl, tile", [
+    (depthwise_wl(1, 37, 9, 13, k=3, s=2, p=1, epi=("relu",)), "7x16"),            # 37 channels: a partial third block
+    (depthwise_wl(1, 21, 11, 16, mult=2, k=3, s=1, p=1, epi=("res", "relu")), "8x16"),   # a residual: no tile moved back
+    (depthwise_wl(1, 16, 7, 7, k=3, s=2, p=1, epi=("relu",)), "8x16"),              # rows narrower than the tile
+    (depthwise_wl(1, 48, 10, 15, k=5, s=2, p=2, epi=("chan", "relu")), "7x16"),     # 5x5/2, per-channel scale
+    (depthwise_wl(1, 19, 8, 9, k=3, s=1, p=1, epi=("relu",)), "7x16"),             # one block: 16 + 3 channels
+], ids=["37s2", "21x2res", "16@7s2", "48k5s2", "19k3"])
+def test_dw_blocked_avx512_channel_blocks_match_numpy(wl, tile):
+    """The AVX-512 space's `dw_blocked` tiles of 16-channel blocks (one zmm a pixel) on odd
+    planes, strides 1 and 2, channel counts not a multiple of 16 and fused epilogues (LLVM splits
+    the vectors where the machine has narrower ones, so this runs everywhere)."""
+    cfg = CONV.space(wl, AVX512).validate({**CONV.default_config(wl, AVX512).to_json(), "algo": "dw_blocked",
+                                           "regtile": tile, "PB": 2})
+    assert f"NCHW{tile.split('x')[1]}c" in CONV.lower(wl, cfg).module.doc
+    check(CONV, wl, cfg)
+
+
+def test_dw_blocked_tiles_follow_the_vector_shape():
+    """AVX2's `dw_blocked` tiles and defaults are 8-channel blocks as before; 16-channel tiles are in
+    AVX-512's space only, its default on rows of 7 pixels of whole 16-channel blocks."""
+    assert not any(t.endswith("x16") for t in
+                   next(k for k in CONV.space(depthwise_wl(1, 96, 14, 14), AVX2).knobs if k.name == "regtile").options
+                   if t not in ("2x16", "4x16"))   # those two are the `depthwise` (rows x pixels) tiles
+    for wl, avx2, avx512 in ((depthwise_wl(1, 96, 56, 56, s=2), "8x8", "8x8"), (depthwise_wl(1, 960, 7, 7), "4x8", "7x16"),
+                             (depthwise_wl(1, 576, 14, 14, s=2), "4x8", "7x16"), (depthwise_wl(1, 40, 7, 7), "4x8", "4x8")):
+        assert CONV.default_config(wl, AVX2)["regtile"] == avx2
+        cfg = CONV.default_config(wl, AVX512)
+        assert cfg["regtile"] == avx512 and CONV.space(wl, AVX512).validate(cfg) == cfg

@@ -58,7 +58,8 @@ from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
 from schedules.templates.conv2d_blocked import (DEFAULT_VECTOR_IR, channel_block, conv_blocked, pack_w_blocked,
                                                 pad_blocked, pixel_run, residual_split, tap_order)
-from schedules.templates.conv2d_depthwise import DWB_TILES, conv_depthwise, conv_depthwise_rows, pack_w_depthwise
+from schedules.templates.conv2d_depthwise import (DWB_ALL_TILES, conv_depthwise, conv_depthwise_rows, dwb_default_tile,
+                                                  dwb_tiles, pack_w_depthwise)
 
 # MR x NR; NR is the vectorized axis (see `vec`). With 16 vector registers (AVX2, or AVX-512
 # with LLVM's prefer-256-bit) 4x16, 6x16 and 4x24 keep 8-12 accumulators in registers; 8x16 and
@@ -142,7 +143,7 @@ class Conv2dTemplate(Template):
         if _is_depthwise(wl):
             return ConfigSpace([
                 Knob("algo", ("dw_blocked", "depthwise")),
-                Knob("regtile", tuple(dict.fromkeys(DWB_TILES + DW_TILES))),
+                Knob("regtile", tuple(dict.fromkeys(dwb_tiles(target) + DW_TILES))),
                 Knob("parallel", (True, False), code_shape=False),
                 Knob("PB", BLOCKS, code_shape=False),
             ], constraint=_depthwise_tiles)
@@ -176,11 +177,10 @@ class Conv2dTemplate(Template):
             # else vectors along 8-channel blocks: strided convs (a phase split copy of the
             # plane costs as much as the regroup) and tiny maps (7x7 and less waste most of a
             # row's vector), 1.0-3.1x faster than vectors along a plane's pixels there
-            # (experiments/bench_conv.md); 8 pixels a tile where a row holds 8 (its last tile
-            # overlaps), else 4. Bands of 16 output rows: the kernel regroups a band's input rows
+            # (experiments/bench_conv.md); the tile per vector shape: `dwb_default_tile`. Bands of 16 output rows: the kernel regroups a band's input rows
             # (plus the window's halo) into a buffer that stays in cache
-            tile = "8x8" if ow >= 8 else "4x8"
-            return self.space(wl).validate({"algo": "dw_blocked", "regtile": tile, "parallel": par, "PB": 16})
+            tile = dwb_default_tile(int(wl.inputs[0]["shape"][1]), ow, target)
+            return self.space(wl, target).validate({"algo": "dw_blocked", "regtile": tile, "parallel": par, "PB": 16})
         geo = _geometry(wl)
         P = oh * ow
         base = {"order": "oc_px", "parallel": par, "OCB": 1, "PB": 4, "tile_code": "slp"}
@@ -408,10 +408,9 @@ class Conv2dTemplate(Template):
         return Lowered(module, Launch((step,), tables=tables))
 
     def _lower_dw_blocked(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
-        """Depthwise along 8-channel blocks (`conv2d_depthwise`): weights packed at prepare, one
+        """Depthwise along channel blocks (the tile's 8 or 16, `conv2d_depthwise`): weights packed at prepare, one
         kernel that regroups each band of input rows into channel blocks itself."""
         tp, cb = _tile_dims(cfg["regtile"])
-        assert cb == channel_block(1)
         par = cfg["parallel"]
         N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
         OC = int(wl.inputs[1]["shape"][0])
@@ -443,8 +442,8 @@ class Conv2dTemplate(Template):
 
 def _depthwise_tiles(values: dict) -> str | None:
     algo, tile = values.get("algo"), values.get("regtile")
-    if algo == "dw_blocked" and tile not in DWB_TILES:
-        return f"dw_blocked tiles are pixels x 8 channels: {', '.join(DWB_TILES)}"
+    if algo == "dw_blocked" and tile not in DWB_ALL_TILES:
+        return f"dw_blocked tiles are pixels x channels of a block: {', '.join(DWB_ALL_TILES)}"
     if algo == "depthwise" and (tile not in DW_TILES or values.get("PB", 1) != 1):
         return f"depthwise tiles are rows x pixels ({', '.join(DW_TILES)}), one plane per work item (PB=1)"
     return None

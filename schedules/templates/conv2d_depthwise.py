@@ -4,14 +4,14 @@ end), vectorized along the pixels of a row of the NCHW planes as they are.
 
 The `depthwise` algorithm vectorizes along the pixels of one channel plane, so small maps
 (7x7, 14x14) and strides waste most lanes. Here the kernel regroups the input into blocks of
-8 channels (`conv2d_blocked.channel_block`: one AVX2 vector) of zero-bordered rows, one band
-of PB output rows (plus the window's halo rows) at a time into a thread-local buffer
-`xb[(r * WP + j) * 8 + ci]` that stays in cache (`fill_band`; no phase split: a strided conv's
+CB channels (the tile's: 8, one AVX2 vector; on AVX-512 also 16, one zmm, `DWB_TILES_BY_SHAPE`)
+of zero-bordered rows, one band of PB output rows (plus the window's halo rows) at a time into a thread-local buffer
+`xb[(r * WP + j) * CB + ci]` that stays in cache (`fill_band`; no phase split: a strided conv's
 channel vectors are contiguous anyway). A separate pad pass over the whole map took 33-55 %
 of a layer (it wrote the regrouped map to memory and the kernel read it back). The weights
-are packed at prepare as `Wp[m, cbk, (kh * KW + kw) * 8 + ci]`
+are packed at prepare as `Wp[m, cbk, (kh * KW + kw) * CB + ci]`
 (m: the channel multiplier). The register tile is TP consecutive output pixels of a row x the
-block's 8 channels: per tap one weight vector and TP input vectors feed TP FMAs; the kh/kw
+block's CB channels: per tap one weight vector and TP input vectors feed TP FMAs; the kh/kw
 loops have constant trip counts, so LLVM unrolls them. Indices are unsigned (np.uint64), so
 numba leaves its negative-index tests out of the tile.
 
@@ -28,10 +28,35 @@ from __future__ import annotations
 
 from schedules.epilogue import Epilogue
 from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, Param, unflatten
-from schedules.microkernel import F0
+from schedules.microkernel import F0, pick_tiles, vector_shape
 from schedules.templates.conv2d_blocked import buffered_store
 
-DWB_TILES = ("4x8", "8x8")   # pixels of an output row x channels of a block
+DWB_TILES = ("4x8", "8x8")   # pixels of an output row x channels of a block (AVX2: one ymm a pixel)
+# per vector shape ((lanes, registers): `schedules.microkernel.vector_shape`, `pick_tiles`): on
+# AVX-512 a block of 16 channels is one zmm a pixel (8-channel blocks fill half of one); 7 pixels
+# divide MobileNetV2's rows (112 .. 7). 14x16, 16x16, 28x16 (up to 28 of the 32 registers) and 7x8
+# were never faster than these (the regroup and the transposing stores, not the FMAs, bound the
+# kernel) and 14x16 compiles in 5.6 s CPU against 3.0 for 7x16 (Xeon, 2026-12-02)
+DWB_TILES_BY_SHAPE = {(8, 16): DWB_TILES, (16, 32): DWB_TILES + ("7x16", "8x16")}
+DWB_ALL_TILES = tuple(dict.fromkeys(t for ts in DWB_TILES_BY_SHAPE.values() for t in ts))
+
+
+def dwb_tiles(target=None) -> tuple:
+    """The `dw_blocked` tiles (pixels x channels of a block) for the target's vector shape."""
+    return pick_tiles(DWB_TILES_BY_SHAPE, *vector_shape(target))
+
+
+def dwb_default_tile(c: int, ow: int, target=None) -> str:
+    """The untuned `dw_blocked` tile: 8 pixels a tile where a row holds 8 (its last tile
+    overlaps), else 4, x 8 channels (AVX2's ymm; measured, experiments/bench_conv.md). On
+    AVX-512, rows of 7 pixels (MobileNetV2's 960@7 and 576@14/2) of whole 16-channel blocks: one
+    7x16 tile a row, 1.25-1.3x faster than 4x8 (7x8: no faster, so it is the zmm blocks). On wider
+    rows 16-channel blocks were no faster: regrouping 16 planes per block stays scalar where 8
+    vectorize (LLVM's store groups), and it outweighs the FMAs saved (Xeon, 2026-12-02,
+    experiments/bench_depthwise.py)."""
+    if vector_shape(target)[0] >= 16 and ow == 7 and c % 16 == 0:
+        return "7x16"
+    return "8x8" if ow >= 8 else "4x8"
 
 
 def pack_w_depthwise(cb: int, taps: int) -> Function:

@@ -43,22 +43,18 @@ if AVAILABLE:
             return builder.extract_value(builder.cmpxchg(ptr, args[2], args[3], "seq_cst", "seq_cst"), 1)
         return types.boolean(ary, types.intp, types.int64, types.int64), codegen
 
-    @intrinsic
-    def _pause(typingctx):
-        def codegen(context, builder, sig, args):
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
-                                                "llvm.x86.sse2.pause")
-            builder.call(fn, [])
-            return context.get_dummy_value()
-        return types.void(), codegen
+    def _call_ignoring_result(name: str, returns):
+        """An intrinsic calling the argument-less external `name` for its effect."""
+        @intrinsic
+        def call(typingctx):
+            def codegen(context, builder, sig, args):
+                builder.call(cgutils.get_or_insert_function(builder.module, ir.FunctionType(returns, []), name), [])
+                return context.get_dummy_value()
+            return types.void(), codegen
+        return call
 
-    @intrinsic
-    def _yield(typingctx):
-        def codegen(context, builder, sig, args):
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(32), []), "sched_yield")
-            builder.call(fn, [])
-            return context.get_dummy_value()
-        return types.void(), codegen
+    _pause = _call_ignoring_result("llvm.x86.sse2.pause", ir.VoidType())
+    _yield = _call_ignoring_result("sched_yield", ir.IntType(32))
 
     @intrinsic
     def _ticks(typingctx):

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from codegen.source import render
 from schedules import get_template
+from schedules.microkernel import tile_codes
 from schedules.space import ConfigError
 from schedules.epilogue import parse_epilogue
 from schedules.templates.conv2d_blocked import pixel_run, residual_split
@@ -56,8 +57,9 @@ def test_space_knobs_and_code_shapes():
     wl = conv_wl(1, 64, 56, 56, 64, epi=("relu",))
     space = CONV.space(wl)
     assert {k.name for k in space.knobs if k.code_shape} == {"algo", "vec", "regtile", "order", "tile_code"}
-    # compiles a tuner may need per geometry (AVX-512: + 2 wide vector-IR blocked tiles x 2 orders, < 1 s each)
-    assert len({space.code_key(c) for c in space}) <= 76
+    # compiles a tuner may need per geometry (AVX-512: + 2 wide vector-IR blocked tiles x 2 orders, < 1 s each;
+    # the direct vec='px' kernel's vector-IR tile: + 8 tiles x 2 orders)
+    assert len({space.code_key(c) for c in space}) <= 92
     with pytest.raises(ConfigError, match="tile_code='slp'"):
         space.validate({**CONV.default_config(wl).to_json(), "algo": "direct", "tile_code": space.knobs[-2].options[1]})
     with pytest.raises(ConfigError, match="vec='oc'"):
@@ -293,6 +295,39 @@ def test_direct_px_stores_from_registers_with_a_half_tile_at_a_rows_end():
         check(CONV, wl, cfg)
 
 
+def test_direct_px_vector_ir_tile_matches_numpy():
+    """tile_code vec<lanes> on the direct vec='px' kernels (one `tile_fma` call per tile): stems
+    (the nest over channels x kernel rows, one segment per phase plane of strides 2 and 3, a
+    dilation, half tiles at a row's end, rows narrower than a tile, AVX-512's wide 14x32 tile) and
+    1x1 GEMMs over the plane (partial and overlapping pixel tiles, groups, a strided subsample),
+    with epilogues stored in place (Relu), through the scratch tile (a residual, which may be the
+    output buffer itself) and longer than the SLP tile's registers allow (a per-channel scale)."""
+    code = tile_codes()[1]
+    wide = "14x32" if code == "vec16" else "6x16"
+    cases = [
+        (conv_wl(1, 3, 23, 45, 13, k=7, s=2, p=3, epi=("relu",)), "4x16"),          # OW 23: 16 + a half
+        (conv_wl(2, 3, 17, 40, 9, k=3, s=2, p=1, epi=("res", "relu")), "4x16"),     # OW 20, a residual
+        (conv_wl(1, 2, 13, 29, 6, k=3, s=3, p=2, d=2, bias=False), "4x16"),         # OW 10 < 16
+        (conv_wl(1, 3, 30, 111, 20, k=3, s=2, p=1, epi=("relu",)), wide),           # OW 56, 20 channels
+        (conv_wl(1, 3, 12, 15, 8, k=3, s=1, p=1, epi=("chan", "relu")), "4x16"),
+        (conv_wl(1, 5, 7, 9, 13, k=1, s=1, p=0, epi=("res", "relu")), "4x16"),      # P = 63
+        (conv_wl(2, 6, 9, 9, 10, k=1, s=1, p=0, g=2, bias=False), "4x16"),          # P = 81: overlapping tile
+        (conv_wl(1, 4, 5, 7, 8, k=1, s=1, p=0, epi=("chan", "relu")), "4x16"),
+        (conv_wl(1, 5, 9, 11, 13, k=1, s=2, p=0, epi=("res", "relu")), "4x16"),     # subsampled plane
+        (conv_wl(1, 16, 20, 20, 30, k=1, s=1, p=0, epi=("relu",)), wide),
+    ]
+    cfgs = [(wl, config(wl, algo="direct", vec="px", regtile=t, order=o, OCB=ocb, PB=pb, parallel=pb > 1,
+                        tile_code=code)) for wl, t in cases for o, ocb, pb in (("oc_px", 1, 1), ("px_oc", 2, 4))]
+    precompile("conv2d", cfgs)
+    for wl, cfg in cfgs:
+        assert "tile_fma(" in render(CONV.lower(wl, cfg).module)
+        check(CONV, wl, cfg)
+    stem = conv_wl(1, 3, 224, 224, 64, k=7, s=2, p=3, epi=("relu",))
+    assert CONV.default_config(stem)["tile_code"] == code, "stems run the vector-IR tile untuned"
+    if code == "vec16":   # AVX-512: deep 1x1 GEMMs on small planes take the 28-accumulator tile
+        assert CONV.default_config(conv_wl(1, 576, 7, 7, 160, k=1, s=1, p=0))["regtile"] == "14x32"
+
+
 @pytest.mark.slow
 def test_every_code_shape_on_one_odd_shape():
     for wl in (conv_wl(1, 5, 9, 11, 37, k=3, s=2, p=1, epi=("res", "relu")), depthwise_wl(1, 5, 9, 11, s=2, p=1)):
@@ -315,12 +350,13 @@ AVX512 = {"vector_bits": 512, "vector_registers": 32}
     (conv_wl(1, 24, 56, 56, 144, k=1, p=0), "4x16", "8x32"),                # 1x1: GEMM over the plane
     (conv_wl(1, 64, 56, 56, 128, k=1, s=2, p=0), "4x16", "8x32"),           # 1x1 strided: GEMM over the subsampled plane
     (conv_wl(1, 256, 14, 14, 512, k=1, s=2, p=0), "6x16", "8x32"),          # 7x7 output: im2col (AVX-512: vectors along channels)
-    (conv_wl(1, 576, 7, 7, 160, k=1, p=0), "6x16", "8x32"),                # 7x7 map: AVX2 im2col, AVX-512 in place
+    (conv_wl(1, 576, 7, 7, 160, k=1, p=0), "6x16", "14x32"),               # 7x7 map: AVX2 im2col, AVX-512 in place (deep)
     (conv_wl(1, 3, 224, 224, 64, k=7, s=2, p=3), "4x16", "8x32"),           # stem: direct
 ], ids=["3x3", "3x3s2", "1x1", "1x1s2", "1x1s2@7", "1x1@7", "stem"])
 def test_default_tiles_follow_the_vector_shape(wl, avx2, avx512):
-    """AVX2's (8 lanes, 16 registers) defaults are what they were; AVX-512's (16, 32) fill its 32
-    registers (28 accumulators of the blocked tile, 16 of the pixel tiles), in its own space only."""
+    """AVX2's (8 lanes, 16 registers) tiles are what they were; AVX-512's (16, 32) fill its 32
+    registers (28 accumulators of the blocked tile and of deep 1x1 GEMMs on small planes, 16 of
+    the other pixel tiles), in its own space only; blocked and direct vec='px' tiles are vector IR."""
     for target, tile in ((AVX2, avx2), (AVX512, avx512)):
         cfg = CONV.default_config(wl, target)
         assert cfg["regtile"] == tile and CONV.space(wl, target).validate(cfg) == cfg
@@ -328,7 +364,7 @@ def test_default_tiles_follow_the_vector_shape(wl, avx2, avx512):
             strided = wl.inputs[0]["shape"][2] == 14
             assert (cfg["algo"], cfg["vec"]) == ("im2col", "px") if target is AVX2 else \
                 ("im2col", "oc") if strided else ("direct", "px")
-        if cfg["algo"] == "blocked":
+        if cfg["algo"] == "blocked" or (cfg["algo"], cfg["vec"]) == ("direct", "px"):
             assert cfg["tile_code"] == f"vec{target['vector_bits'] // 32}"
     wide = {"12x32", "14x32"}
     assert not wide & set(next(k for k in CONV.space(wl, AVX2).knobs if k.name == "regtile").options)

@@ -16,7 +16,10 @@ Algorithms (`algo`):
 - `direct`: the tile's pixels are neighbours in one output row, read straight from
   the input (no packing of activations); with vectors along the pixels, full tiles are
   stored from registers and a row's last pixels may take a half-width tile (stems);
-  a strided 1x1 conv copies the pixels it reads into a plane first and runs as a 1x1 GEMM;
+  a strided 1x1 conv copies the pixels it reads into a plane first and runs as a 1x1 GEMM.
+  With vectors along the pixels the tile is either SLP code (`tile_code="slp"`) or one
+  `tile_fma` call over the whole window ("vec<lanes>", the default: a tenth of the compile
+  time on stems, and as fast or faster);
 - `im2col`: pixels of the flattened output plane are packed into `Ap[tile, k, 0:T]`
   panels first (tiles cross rows, so narrow late layers waste no lanes; a strided
   1x1 conv becomes a gather into the panel plus a GEMM);
@@ -52,7 +55,7 @@ from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Buffer, Call, In, Launch, Out, Packed, Repeat, Scalar, Table, Var, Work
 from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param, unflatten
 from schedules.microkernel import (F0, k_range, register_epilogue, register_tile, register_tile_in_place, pick_tiles,
-                                   tile_codes, tile_lanes, unsigned, vector_shape)
+                                   tile_codes, tile_lanes, unsigned, vector_shape, vector_tile)
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
@@ -79,6 +82,12 @@ BLOCKED_TILE = {(8, 16): "6x16", (16, 32): "14x32"}
 # 4x16 (8-12 ymm accumulators); AVX-512: 8x32 (16 zmm), 1.2-1.7x faster than 4x16 / 6x16 on
 # ResNet-18's 7x7/2 stem and 1x1/2 convs and MobileNetV2's 1x1 convs (Zen 5, 2026-12-02)
 PX_TILES = {(8, 16): ("4x16", "6x16", "4x16"), (16, 32): ("8x32", "8x32", "8x32")}
+# the vector-IR 1x1 GEMM's tile for deep reductions (>= 64 input channels) on small planes (<= 256
+# pixels) of >= 64 output channels, per vector shape: AVX-512 14x32 (28 zmm accumulators), 1.06-1.24x
+# faster than 8x32 on MobileNetV2's 1x1 convs @14 and @7 and ResNet-18's 128->256 1x1/2, slower on
+# large planes of few input channels (0.4-0.75x: 16->96 @112, 144->24 @56) and on the stem (Xeon
+# Ice Lake, 2026-12-03, experiments/bench_conv.md); AVX2 keeps PX_TILES
+PX_DEEP_TILE = {(16, 32): "14x32"}
 DW_TILES = ("4x8", "2x16", "4x16", "2x32")     # depthwise: output rows x pixels of a row
 BLOCKS = (1, 2, 4, 8, 16)
 GEMM_1X1_PIXELS = 128     # 1x1 convs on planes of at least this many pixels read them in place (`_gemm_1x1`);
@@ -114,14 +123,15 @@ def _tile_dims(regtile: str) -> tuple[int, int]:
 
 class Conv2dTemplate(Template):
     name = "conv2d"
-    version = 8   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`; v4: `dw_blocked`;
+    version = 9   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`; v4: `dw_blocked`;
                   # v5: dw_blocked pads per band of rows in its kernel, 1x1 direct px stores from registers;
                   # v6: strided 1x1 direct px: subsampled plane + the 1x1 GEMM; direct px: unsigned reads, full
                   # tiles stored from registers, a half tile for a row's last pixels, taps grouped by phase;
                   # blocked's pad writes a pixel's channel block at once; v7: blocked vector-IR tiles whose pixels
                   # lie along one row (`pixel_run`) read their windows at constant offsets from one base, and
                   # accumulate in the output (column-major tiles, masked), the epilogue in place; v8: their
-                  # residual Add a run-time flag (`residual_split`: one code for Relu and Add+Relu)
+                  # residual Add a run-time flag (`residual_split`: one code for Relu and Add+Relu); v9: the direct
+                  # vec='px' kernels (stems, the 1x1 GEMM) take tile_code: one `tile_fma` call per tile
 
     def matches(self, wl: Workload) -> bool:
         if not wl.ops or wl.ops[0]["op"] != "Conv" or wl.ops[0]["in"][:2] != ["i0", "i1"]:
@@ -189,6 +199,7 @@ class Conv2dTemplate(Template):
         one = geo["KH"] * geo["KW"] == 1
         cg = int(wl.inputs[1]["shape"][1])
         px_tiles = pick_tiles(PX_TILES, *vector_shape(target))
+        px_code = tile_codes(target)[1] if DEFAULT_VECTOR_IR else "slp"
         if _single_pixel_windows(geo, wl.inputs[0]["shape"][2:], (oh, ow)) and \
                 (oc <= 32 or P >= pick_tiles(GEMM_1X1_PIXELS_BY_SHAPE, *vector_shape(target))):
             # the plane read in place as a GEMM's panel (no packing), full tiles stored from
@@ -203,8 +214,11 @@ class Conv2dTemplate(Template):
                 # step), one channel tile over all pixels a work item: 1.15x faster (Xeon, AVX-512)
                 return self.space(wl).validate({**base, "algo": "im2col", "vec": "oc", "regtile": px_tiles[0],
                                                 "order": "oc_px", "OCB": 1, "PB": 8})
-            return self.space(wl).validate({**base, "algo": "direct", "vec": "px", "regtile": px_tiles[0],
-                                            "order": "px_oc", "OCB": 4})
+            shape = vector_shape(target)
+            deep = px_code != "slp" and shape in PX_DEEP_TILE and cg >= 64 and oc >= 64 and P <= 256
+            return self.space(wl, target).validate({**base, "algo": "direct", "vec": "px", "order": "px_oc", "OCB": 4,
+                                                    "regtile": PX_DEEP_TILE[shape] if deep else px_tiles[0],
+                                                    "tile_code": px_code})
         if not one and cg >= 16:
             # many input channels: 8-channel blocks, 12 (AVX2) or 28 (AVX-512) accumulators along the output channels;
             # pixel tiles cross rows, so tiny maps (7x7, 14x14) fill them too. The vector-IR tile
@@ -220,8 +234,9 @@ class Conv2dTemplate(Template):
         # GEMMs over the packed plane. 4x16 / 6x16 keep the accumulators in 16 vector registers (PX_TILES)
         strided = geo["SW"] > 1 and cg >= 32
         algo = "im2col" if one or strided or ow < 14 else "direct"
-        return self.space(wl).validate({**base, "algo": algo, "vec": "px",
-                                        "regtile": px_tiles[1] if one or strided else px_tiles[2]})
+        return self.space(wl, target).validate({**base, "algo": algo, "vec": "px",
+                                                "regtile": px_tiles[1] if one or strided else px_tiles[2],
+                                                "tile_code": px_code if algo == "direct" else "slp"})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         geo = _geometry(wl)
@@ -243,8 +258,9 @@ class Conv2dTemplate(Template):
         Cg, OCg = C // G, OC // G
         K, n_oct = Cg * KH * KW, -(-OCg // tc)
         n_ob = -(-n_oct // OCB)
+        code = cfg.get("tile_code", "slp")   # configs recorded before the knob: slp, as they ran
         if algo == "direct" and vec == "px" and _single_pixel_windows(geo, (H, W), (OH, OW)) \
-                and _gemm_1x1_epilogue(epi, mr, nr) is not None:
+                and (_gemm_1x1_epilogue(epi, mr, nr) is not None or tile_lanes(code, nr)):
             return self._lower_gemm_1x1(wl, cfg, geo, epi)
         if algo == "direct" and _pointwise(geo, (H, W), (OH, OW)):
             # a 1x1 stride-1 conv is a GEMM over the whole plane: rows of the map do not matter,
@@ -254,7 +270,7 @@ class Conv2dTemplate(Template):
         funcs = [_pack_w(tc), _pad(geo["SW"])]
         # im2col of an unpadded conv gathers straight from the input: no pass that copies it
         in_place = algo == "im2col" and _reads_in_bounds(wl, geo, OH, OW)
-        funcs.append(_direct(mr, nr, vec, order, geo, epi) if algo == "direct" else _pack_im2col(tp, geo, in_place))
+        funcs.append(_direct(mr, nr, vec, order, geo, epi, code) if algo == "direct" else _pack_im2col(tp, geo, in_place))
         if algo == "im2col":
             funcs.append(_gemm(mr, nr, vec, order, epi))
         module = LoopModule(tuple(funcs), doc=f"conv2d kernel: {algo} vec={vec} regtile={mr}x{nr} order={order} "
@@ -311,7 +327,7 @@ class Conv2dTemplate(Template):
         Cg, OCg = C // G, OC // G
         n_oct = -(-OCg // mr)
         strided = (geo["SH"], geo["SW"]) != (1, 1)
-        funcs = (_pack_w(mr),) + ((_subsample(geo["SH"], geo["SW"]),) if strided else ()) + (_gemm_1x1(mr, nr, cfg["order"], epi),)
+        funcs = (_pack_w(mr),) + ((_subsample(geo["SH"], geo["SW"]),) if strided else ()) + (_gemm_1x1(mr, nr, cfg["order"], epi, cfg.get("tile_code", "slp")),)
         module = LoopModule(funcs, doc=f"conv2d kernel: direct 1x1 (GEMM over the plane) vec=px regtile={mr}x{nr} "
                             f"order={cfg['order']} stride={geo['SH']}x{geo['SW']}, epilogue {[st[0]['op'] for st in epi.steps]}",
                             meta={"template": f"conv2d v{self.version}"})
@@ -452,12 +468,13 @@ def _depthwise_tiles(values: dict) -> str | None:
 def _blocked_vectors_along_channels(values: dict) -> str | None:
     if values.get("algo") == "blocked" and values.get("vec") != "oc":
         return "the blocked algorithm vectorizes along output channels only (vec='oc')"
-    if values.get("algo") != "blocked" and values.get("tile_code", "slp") != "slp":
-        return "only the blocked algorithm has a vector-IR tile (tile_code='slp' for the others)"
+    vector_ir = values.get("tile_code", "slp") != "slp"
+    if vector_ir and values.get("algo") != "blocked" and (values.get("algo"), values.get("vec")) != ("direct", "px"):
+        return "only the blocked and the direct vec='px' kernels have a vector-IR tile (tile_code='slp' for the others)"
     if values.get("KC", 0) and (values.get("algo") != "blocked" or values.get("tile_code", "slp") == "slp"):
         return "only the blocked algorithm's vector-IR tile splits its reduction (KC=0 for the others)"
-    if values.get("regtile") not in REG_TILES and (values.get("algo") != "blocked" or values.get("tile_code", "slp") == "slp"):
-        return "the wide AVX-512 tiles are for the vector-IR blocked tile only (its 32 registers; SLP code spills)"
+    if values.get("regtile") not in REG_TILES and not vector_ir:
+        return "the wide AVX-512 tiles are for the vector-IR tiles only (their 32 registers; SLP code spills)"
     return None
 
 
@@ -591,18 +608,20 @@ def _store_oc(nr: int, epi: Epilogue, pixel: tuple, out: str) -> tuple:
     )
 
 
-def _store_px(mr: int, nr: int, epi: Epilogue, row: str, p0: str, count: str, j: str) -> tuple:
+def _store_px(mr: int, nr: int, epi: Epilogue, row: str, p0: str, count: str, j: str,
+              tile: str = "ct[r, q]") -> tuple:
     """Store of a channels x pixels tile: row r is channel oct*MR + r, its pixels p0 + q are
     contiguous in `row` (the output row or plane), so the loop over q stores vectors. It
     writes through a view that starts at p0: indexed from 0 by the loop variable, numba
     leaves out its negative-index test and LLVM vectorizes the loop (with `row[p0 + q]` the
-    store stayed scalar and cost more than the tile's FMAs when K is small, measured)."""
+    store stayed scalar and cost more than the tile's FMAs when K is small, measured). `tile`:
+    element q of the tile's row r (the scratch tile, or `orow[q]`: the stored tile in place)."""
     assigns, result = epi.emit("v", "n * OC + oc", j, "e", c="oc")
     return (
         If(f"oct * {mr} + r < OCg", (
             Assign("oc", f"g * OCg + oct * {mr} + r"), Assign("bo", "bias[oc]"), Assign("orow", f"{row}[{p0}:]"),
             For("q", "0", count, (
-                Assign("pq", f"{p0} + q"), Assign("v", "ct[r, q] + bo"),
+                Assign("pq", f"{p0} + q"), Assign("v", f"{tile} + bo"),
             ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[q]", result),)),
         )),
     )
@@ -628,7 +647,7 @@ def _taps(g: dict, inner: tuple, row: str) -> tuple:
     )),)
 
 
-def _direct(mr: int, nr: int, vec: str, order: str, geo: dict, epi: Epilogue) -> Function:
+def _direct(mr: int, nr: int, vec: str, order: str, geo: dict, epi: Epilogue, code: str = "slp") -> Function:
     g = geo
 
     def k_loops(body):
@@ -644,16 +663,23 @@ def _direct(mr: int, nr: int, vec: str, order: str, geo: dict, epi: Epilogue) ->
         store = _store_px(mr, nr, epi, "out[n, oc]", "oh * OW + ow0", f"min({nr}, OW - ow0)", "pq")
         a_load, b_load = (lambda r: f"Wk[k, {r}]"), (lambda q: f"xq[j0 + {q}]")
         what = f"{mr}x{nr} register tile (output channels x pixels), SLP-vectorized along pixels"
-    in_place = vec == "px" and nr % 2 == 0 and _gemm_1x1_epilogue(epi, mr, nr) is not None
-    tile = _direct_px_in_place(mr, nr, geo, epi) if in_place else \
-        (Assign("ow0", f"owt * {tp}"), Assign("Wk", "Wp[g, oct]")) + register_tile(mr, nr, a_load, b_load, k_loops, store,
-                                                                               comment=what)
+    vector = vec == "px" and tile_lanes(code, nr) is not None
+    in_place = not vector and vec == "px" and nr % 2 == 0 and _gemm_1x1_epilogue(epi, mr, nr) is not None
+    if vector:
+        tile = _direct_px_vector(mr, nr, geo, epi, code)
+    elif in_place:
+        tile = _direct_px_in_place(mr, nr, geo, epi)
+    else:
+        tile = (Assign("ow0", f"owt * {tp}"), Assign("Wk", "Wp[g, oct]")) + register_tile(
+            mr, nr, a_load, b_load, k_loops, store, comment=what)
     tc = nr if vec == "oc" else mr
     body = (
         Assign("Cg", "C // G"), Assign("OCg", "OC // G"),
         Assign("n_oct", f"(OCg + {tc - 1}) // {tc}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),
         Assign("n_owt", f"(OW + {tp - 1}) // {tp}"), Assign("n_hb", "(OH + PB - 1) // PB"),
         *(Assign(f"u{q}", f"np.uint64({q})") for q in (range(max(mr, nr)) if in_place else ())),
+        *((Assign("P", "OH * OW"), Assign("WQ", "Xp.shape[4]"), Assign("XR", "Xp.shape[3] * WQ"),
+           Assign("XC", "Xp.shape[2] * XR")) if vector else ()),
         Alloc("ct", (str(mr), str(nr))),
         For("it", "t", "N * G * n_ob * n_hb", step="T", body=(
             *unflatten("it", (("hb", "n_hb"), ("ob", "n_ob"), ("g", "G")), "n"),
@@ -707,6 +733,61 @@ def _direct_px_in_place(mr: int, nr: int, geo: dict, epi: Epilogue) -> tuple:
             If(f"owt * {nr} + {half} >= OW and OW >= {half}", tile(half), tile(nr)))
 
 
+def _px_vector_tile(mr: int, w: int, lanes: int, a_rows: list, a_kstride: str, b: str, b_offset: str,
+                    b_kstride: str, n_k: str, full: str, edge_count: str, epi: Epilogue, shift: str = "0") -> tuple:
+    """The channels x pixels tile (MR output channels from oc0 x W pixels from p0 of the plane
+    P) as one `tile_fma` call (`codegen.vector_tile`): rows of Wp (`a_rows`) times `b`'s
+    contiguous pixels over the reduction `n_k` (an integer or its nest form). Where the tile lies
+    inside the output (`full`) and the epilogue reads no extras it is stored into the output
+    row-major (stride P), then bias and epilogue run over the stored tile in place, a loop of W
+    contiguous elements per channel at unsigned indices (vectorized; a view per row cost an NRT
+    incref and decref each, 3x the tile's FMAs at K = 16, measured); else it goes to the scratch
+    tile `ct` and the edge store writes `edge_count` pixels from its column `shift` (a residual
+    input may be the output buffer itself: its element is read before the store that overwrites
+    it). One call, not an SLP-vectorized unrolled tile: numba lowers a few statements, not MR*W
+    accumulators (cold compile)."""
+    def call(out: str, offset: str, stride: str) -> Call:
+        return vector_tile("Wp", a_rows, a_kstride, b, b_offset, b_kstride, n_k, out, offset, stride, "False", w, lanes)
+    assigns, result = epi.emit("v", "n * OC + oc0 + r", "p0 + q", "e", c="oc0 + r")
+    in_place = (call("og", "oc0 * P + p0", "P"), For("r", "0", str(mr), (
+        Assign("uoc", "np.uint64(oc0 + r)"), Assign("bo", "bias[uoc]"),
+        For("q", "0", str(w), (Assign("uq", "np.uint64(p0 + q)"), Assign("v", "og[uoc, uq] + bo"))
+            + tuple(Assign(n, e) for n, e in assigns) + (Assign("og[uoc, uq]", result),)),
+    )))
+    edge = (call("ct", "0", "ct.shape[1]"),
+            For("r", "0", str(mr), _store_px(mr, w, epi, "og[oc]", "p0", edge_count, "pq",
+                                             tile=f"ct[r, q + {shift}]" if shift != "0" else "ct[r, q]")))
+    return (If(full, in_place, edge),) if not epi.extras else edge
+
+
+def _direct_px_vector(mr: int, nr: int, geo: dict, epi: Epilogue, code: str) -> tuple:
+    """`_direct_px_in_place`'s tile (pixels ow0 .. of one output row, a row's last pixels that fit
+    half a tile a MR x NR/2 tile, the last tile moved left where no extras) as one `tile_fma`
+    call (`_px_vector_tile`) over the whole window: the nest's levels are the group's input
+    channels (one Xp plane, KH*KW weight rows apart) and the kernel rows; per phase plane of the
+    stride one segment over the taps that read it (kw = kp, kp + SW, ...: neighbouring columns
+    there, SW weight rows apart)."""
+    g = geo
+    sw, dw = g["SW"], g["DW"]
+    segments = []
+    for kp in range(min(sw, g["KW"])):
+        phase, col = (kp * dw) % sw, (kp * dw) // sw
+        b_off = " + ".join(x for x in ((f"{phase} * WQ" if phase else ""), (str(col) if col else "")) if x) or "0"
+        segments.append(f"({kp * mr}, {b_off}, {(g['KW'] - kp + sw - 1) // sw})")
+    nest = (f"((Cg, {g['KH'] * g['KW'] * mr}, XC), ({g['KH']}, {g['KW'] * mr}, {g['DH']} * XR), "
+            f"({', '.join(segments)},))")
+
+    def tile(w: int) -> tuple:
+        ow0 = f"min(owt * {nr}, max(0, OW - {w}))" if not epi.extras else f"owt * {nr}"
+        return (Assign("ow0", ow0), Assign("p0", "oh * OW + ow0"),
+                Assign("xb", f"(n * C + g * Cg) * XC + oh * {g['SH']} * XR + ow0")) + _px_vector_tile(
+            mr, w, tile_lanes(code, w), [f"wb + {r}" for r in range(mr)], str(sw * mr), "Xp", "xb", str(dw), nest,
+            full=f"oct * {mr} + {mr} <= OCg and ow0 + {w} <= OW", edge_count=f"min({w}, OW - ow0)", epi=epi)
+    half = nr // 2
+    return (Assign("oc0", f"g * OCg + oct * {mr}"), Assign("wb", f"(g * n_oct + oct) * Wp.shape[2] * {mr}"),
+            If(f"owt * {nr} + {half} >= OW and OW >= {half}", tile(half), tile(nr)))
+
+
 def _gemm_1x1_epilogue(epi: Epilogue, mr: int, nr: int):
     """finish(r, c) adding the bias and applying the epilogue to accumulator c{r}_{c} of a full
     1x1 tile (MR channels from oc0 x NR pixels from p0), or None where the epilogue cannot run
@@ -721,7 +802,7 @@ def _gemm_1x1_epilogue(epi: Epilogue, mr: int, nr: int):
     return lambda r, c: bias(r, c) + in_registers(r, c)
 
 
-def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue) -> Function:
+def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue, code: str = "slp") -> Function:
     """A 1x1 stride-1 conv as a GEMM over the image's plane, out[n][OC, P] = W[OC, C] @ X[n][C, P]:
     MR output channels x NR pixels of accumulators, vectors along the pixels (contiguous in
     NCHW), the input read in place and a full tile stored straight from its accumulators with
@@ -736,8 +817,16 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue) -> Function:
         Assign("uk", "np.uint64(k)"), Assign("uci", "np.uint64(g * Cg + k)")) + body),)
     edge = _store_px(mr, nr, epi, "og[oc]", "p0", f"min({nr}, P - p0)", "pq")
     p0 = f"min(pt * {nr}, max(0, P - {nr}))" if not epi.extras else f"pt * {nr}"
-    tile = (Assign("p0", p0), Assign("up0", "np.uint64(p0)"), Assign("oc0", f"g * OCg + oct * {mr}")) \
-        + register_tile_in_place(mr, nr, a_load, b_load, k_loops, "og", "oc0", "p0",
+    lanes = tile_lanes(code, nr)
+    if lanes:   # one tile_fma call; with extras (every tile through ct) it reads at pc, moved left as without
+        tile = (Assign("p0", p0), Assign("pc", f"min(p0, max(0, P - {nr}))" if epi.extras else "p0"),
+                Assign("oc0", f"g * OCg + oct * {mr}"), Assign("wb", f"(g * n_oct + oct) * Cg * {mr}")) \
+            + _px_vector_tile(mr, nr, lanes, [f"wb + {r}" for r in range(mr)], str(mr), "X",
+                              "(n * C + g * Cg) * P + pc", "P", "Cg", full=f"oct * {mr} + {mr} <= OCg and p0 + {nr} <= P",
+                              edge_count=f"min({nr}, P - p0)", epi=epi, shift="p0 - pc" if epi.extras else "0")
+    else:
+        tile = (Assign("p0", p0), Assign("up0", "np.uint64(p0)"), Assign("oc0", f"g * OCg + oct * {mr}")) \
+            + register_tile_in_place(mr, nr, a_load, b_load, k_loops, "og", "oc0", "p0",
                                  full=f"oct * {mr} + {mr} <= OCg and p0 + {nr} <= P", edge_store=edge,
                                  epilogue=_gemm_1x1_epilogue(epi, mr, nr),
                                  comment=f"{mr}x{nr} register tile (output channels x pixels of the plane), "
@@ -746,7 +835,7 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue) -> Function:
         Assign("Cg", "C // G"), Assign("OCg", "OC // G"),
         Assign("n_oct", f"(OCg + {mr - 1}) // {mr}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),
         Assign("n_pt", f"(P + {nr - 1}) // {nr}"), Assign("n_pb", "(n_pt + PB - 1) // PB"),
-        *(Assign(f"u{q}", f"np.uint64({q})") for q in range(max(mr, nr))),
+        *(Assign(f"u{q}", f"np.uint64({q})") for q in (range(max(mr, nr)) if not lanes else ())),
         Alloc("ct", (str(mr), str(nr))),
         For("it", "t", "N * G * n_ob * n_pb", step="T", body=(
             *unflatten("it", (("pb", "n_pb"), ("ob", "n_ob"), ("g", "G")), "n"),

@@ -208,14 +208,15 @@ class Conv2dTemplate(Template):
             # the plane of the pixels read, copied first (`_subsample`): ResNet-18's 1x1/2
             # convs 1.1-1.45x faster than im2col's panels (AVX-512 8x32; AVX2's 4x16, LLVM's
             # haswell code on the same Xeon: 1.14-1.38x, 2026-12-02, experiments/bench_conv.md)
-            if (geo["SH"], geo["SW"]) != (1, 1) and P < 2 * _tile_dims(px_tiles[0])[1]:
-                # a strided plane of less than two pixel tiles (ResNet-18's 1x1/2 @14: 49 pixels, 64
-                # computed): pixels x channels tiles over im2col's panel (its packing is the subsample
-                # step), one channel tile over all pixels a work item: 1.15x faster (Xeon, AVX-512)
-                return self.space(wl).validate({**base, "algo": "im2col", "vec": "oc", "regtile": px_tiles[0],
-                                                "order": "oc_px", "OCB": 1, "PB": 8})
             shape = vector_shape(target)
             deep = px_code != "slp" and shape in PX_DEEP_TILE and cg >= 64 and oc >= 64 and P <= 256
+            if (geo["SH"], geo["SW"]) != (1, 1) and P < 2 * _tile_dims(px_tiles[0])[1] and not deep:
+                # a strided plane of less than two pixel tiles (ResNet-18's 1x1/2 @14: 49 pixels, 64
+                # computed): pixels x channels tiles over im2col's panel (its packing is the subsample
+                # step), one channel tile over all pixels a work item: 1.15x faster than the SLP 8x32 (Xeon,
+                # AVX-512); the deep vector-IR 14x32 tile (AVX-512) is 1.08x faster than im2col (2026-12-03)
+                return self.space(wl).validate({**base, "algo": "im2col", "vec": "oc", "regtile": px_tiles[0],
+                                                "order": "oc_px", "OCB": 1, "PB": 8})
             return self.space(wl, target).validate({**base, "algo": "direct", "vec": "px", "order": "px_oc", "OCB": 4,
                                                     "regtile": PX_DEEP_TILE[shape] if deep else px_tiles[0],
                                                     "tile_code": px_code})

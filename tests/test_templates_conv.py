@@ -315,6 +315,8 @@ def test_direct_px_vector_ir_tile_matches_numpy():
         (conv_wl(1, 4, 5, 7, 8, k=1, s=1, p=0, epi=("chan", "relu")), "4x16"),
         (conv_wl(1, 5, 9, 11, 13, k=1, s=2, p=0, epi=("res", "relu")), "4x16"),     # subsampled plane
         (conv_wl(1, 16, 20, 20, 30, k=1, s=1, p=0, epi=("relu",)), wide),
+        (conv_wl(1, 3, 14, 30, 11, k=3, s=2, p=1, epi=("clip",)), "4x16"),         # ReLU6: scalar extras, in place
+        (conv_wl(1, 6, 9, 9, 10, k=1, s=1, p=0, epi=("clip",)), "4x16"),
     ]
     cfgs = [(wl, config(wl, algo="direct", vec="px", regtile=t, order=o, OCB=ocb, PB=pb, parallel=pb > 1,
                         tile_code=code)) for wl, t in cases for o, ocb, pb in (("oc_px", 1, 1), ("px_oc", 2, 4))]

@@ -739,7 +739,7 @@ def _px_vector_tile(mr: int, w: int, lanes: int, a_rows: list, a_kstride: str, b
     """The channels x pixels tile (MR output channels from oc0 x W pixels from p0 of the plane
     P) as one `tile_fma` call (`codegen.vector_tile`): rows of Wp (`a_rows`) times `b`'s
     contiguous pixels over the reduction `n_k` (an integer or its nest form). Where the tile lies
-    inside the output (`full`) and the epilogue reads no extras it is stored into the output
+    inside the output (`full`) and the epilogue reads no residual (`_reads_full_extras`) it is stored into the output
     row-major (stride P), then bias and epilogue run over the stored tile in place, a loop of W
     contiguous elements per channel at unsigned indices (vectorized; a view per row cost an NRT
     incref and decref each, 3x the tile's FMAs at K = 16, measured); else it goes to the scratch
@@ -758,12 +758,20 @@ def _px_vector_tile(mr: int, w: int, lanes: int, a_rows: list, a_kstride: str, b
     edge = (call("ct", "0", "ct.shape[1]"),
             For("r", "0", str(mr), _store_px(mr, w, epi, "og[oc]", "p0", edge_count, "pq",
                                              tile=f"ct[r, q + {shift}]" if shift != "0" else "ct[r, q]")))
-    return (If(full, in_place, edge),) if not epi.extras else edge
+    return (If(full, in_place, edge),) if not _reads_full_extras(epi) else edge
+
+
+def _reads_full_extras(epi: Epilogue) -> bool:
+    """Whether the epilogue reads an output-sized extra (a residual), which may be the output
+    buffer itself: such tiles are stored element by element after the read (through `ct`), and
+    do not overlap (a moved tile would read a residual element its neighbour already wrote).
+    Scalar and per-channel extras (Clip's bounds, a scale) are smaller than any output."""
+    return any(e.mode == "full" for e in epi.extras)
 
 
 def _direct_px_vector(mr: int, nr: int, geo: dict, epi: Epilogue, code: str) -> tuple:
     """`_direct_px_in_place`'s tile (pixels ow0 .. of one output row, a row's last pixels that fit
-    half a tile a MR x NR/2 tile, the last tile moved left where no extras) as one `tile_fma`
+    half a tile a MR x NR/2 tile, the last tile moved left where no residual) as one `tile_fma`
     call (`_px_vector_tile`) over the whole window: the nest's levels are the group's input
     channels (one Xp plane, KH*KW weight rows apart) and the kernel rows; per phase plane of the
     stride one segment over the taps that read it (kw = kp, kp + SW, ...: neighbouring columns
@@ -779,7 +787,7 @@ def _direct_px_vector(mr: int, nr: int, geo: dict, epi: Epilogue, code: str) -> 
             f"({', '.join(segments)},))")
 
     def tile(w: int) -> tuple:
-        ow0 = f"min(owt * {nr}, max(0, OW - {w}))" if not epi.extras else f"owt * {nr}"
+        ow0 = f"min(owt * {nr}, max(0, OW - {w}))" if not _reads_full_extras(epi) else f"owt * {nr}"
         return (Assign("ow0", ow0), Assign("p0", "oh * OW + ow0"),
                 Assign("xb", f"(n * C + g * Cg) * XC + oh * {g['SH']} * XR + ow0")) + _px_vector_tile(
             mr, w, tile_lanes(code, w), [f"wb + {r}" for r in range(mr)], str(sw * mr), "Xp", "xb", str(dw), nest,
@@ -819,12 +827,14 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue, code: str = "slp") ->
     edge = _store_px(mr, nr, epi, "og[oc]", "p0", f"min({nr}, P - p0)", "pq")
     p0 = f"min(pt * {nr}, max(0, P - {nr}))" if not epi.extras else f"pt * {nr}"
     lanes = tile_lanes(code, nr)
-    if lanes:   # one tile_fma call; with extras (every tile through ct) it reads at pc, moved left as without
-        tile = (Assign("p0", p0), Assign("pc", f"min(p0, max(0, P - {nr}))" if epi.extras else "p0"),
+    if lanes:   # one tile_fma call; with a residual (every tile through ct) it reads at pc, moved left as without
+        aliased = _reads_full_extras(epi)
+        p0 = f"min(pt * {nr}, max(0, P - {nr}))" if not aliased else f"pt * {nr}"
+        tile = (Assign("p0", p0), Assign("pc", f"min(p0, max(0, P - {nr}))" if aliased else "p0"),
                 Assign("oc0", f"g * OCg + oct * {mr}"), Assign("wb", f"(g * n_oct + oct) * Cg * {mr}")) \
             + _px_vector_tile(mr, nr, lanes, [f"wb + {r}" for r in range(mr)], str(mr), "X",
                               "(n * C + g * Cg) * P + pc", "P", "Cg", full=f"oct * {mr} + {mr} <= OCg and p0 + {nr} <= P",
-                              edge_count=f"min({nr}, P - p0)", epi=epi, shift="p0 - pc" if epi.extras else "0")
+                              edge_count=f"min({nr}, P - p0)", epi=epi, shift="p0 - pc" if aliased else "0")
     else:
         tile = (Assign("p0", p0), Assign("up0", "np.uint64(p0)"), Assign("oc0", f"g * OCg + oct * {mr}")) \
             + register_tile_in_place(mr, nr, a_load, b_load, k_loops, "og", "oc0", "p0",

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from codegen import cache_dir, compile_kernel
 from ir import import_onnx, make_workload, partition, simplify
 from schedules import get_template
+from schedules.space import ConfigError
 from tests.helpers import dense_model
 from tests.template_cases import check as template_check
 from tuner.measure import LocalBuilder, MeasureInput
@@ -187,3 +188,22 @@ def test_avx512_tiles_compute_the_right_answer_here(tile):
     for order, kb in (("ij", 16), ("ji", 1 << 30)):
         cfg = space.validate({**base, "regtile": tile, "order": order, "KB": min(space.knobs[5].options, key=lambda v: abs(v - kb))})
         check(wl, cfg)
+
+
+def test_few_rows_take_the_gemv_tiles():
+    """A classifier head or a decoder step (M = 1-4 rows) runs a tile of M rows (no duplicated
+    rows: the default 8-row tile computed 8 for one), vector IR only (as SLP code 64-256 scalar
+    accumulators take minutes to compile); more rows keep the default tile."""
+    from schedules.microkernel import vector_shape
+    from schedules.templates.dense import DEFAULT_TILE, SMALL_M_TILES, VECTOR_IR_TILES
+    shape = vector_shape()
+    for m in (1, 2, 3, 4, 9):
+        wl = workload(m, 40, 70, ("bias",))
+        cfg = DENSE.default_config(wl)
+        small = [t for rows, t in sorted(SMALL_M_TILES.get(shape, {}).items()) if m <= rows]
+        assert cfg["regtile"] == (small[0] if small else DEFAULT_TILE[shape])
+        check(wl, cfg)
+    space = DENSE.space(workload(1, 40, 70))
+    for tile in set(VECTOR_IR_TILES) & set(space.knobs[0].options):
+        with pytest.raises(ConfigError, match="vector IR only"):
+            space.validate({**DENSE.default_config(workload(1, 40, 70)).to_json(), "regtile": tile, "tile_code": "slp"})

@@ -53,7 +53,7 @@ from ir.ops.nn import _concrete_pads
 from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Buffer, Call, In, Launch, Out, Packed, Repeat, Scalar, Table, Var, Work
-from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param, unflatten
+from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param, unflatten
 from schedules.microkernel import (F0, k_range, register_epilogue, register_tile, register_tile_in_place, pick_tiles,
                                    tile_codes, tile_lanes, unsigned, vector_shape, vector_tile)
 from schedules.registry import register_template
@@ -123,15 +123,15 @@ def _tile_dims(regtile: str) -> tuple[int, int]:
 
 class Conv2dTemplate(Template):
     name = "conv2d"
-    version = 9   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`; v4: `dw_blocked`;
+    version = 8   # v2: the `vec` knob, the depthwise algorithm, phase-split strided input; v3: `blocked`; v4: `dw_blocked`;
                   # v5: dw_blocked pads per band of rows in its kernel, 1x1 direct px stores from registers;
                   # v6: strided 1x1 direct px: subsampled plane + the 1x1 GEMM; direct px: unsigned reads, full
                   # tiles stored from registers, a half tile for a row's last pixels, taps grouped by phase;
                   # blocked's pad writes a pixel's channel block at once; v7: blocked vector-IR tiles whose pixels
                   # lie along one row (`pixel_run`) read their windows at constant offsets from one base, and
                   # accumulate in the output (column-major tiles, masked), the epilogue in place; v8: their
-                  # residual Add a run-time flag (`residual_split`: one code for Relu and Add+Relu); v9: the direct
-                  # vec='px' kernels (stems, the 1x1 GEMM) take tile_code: one `tile_fma` call per tile
+                  # residual Add a run-time flag (`residual_split`: one code for Relu and Add+Relu). (The direct
+                  # vec='px' kernels' tile_code, a new option, leaves v8: its records run the code they ran)
 
     def matches(self, wl: Workload) -> bool:
         if not wl.ops or wl.ops[0]["op"] != "Conv" or wl.ops[0]["in"][:2] != ["i0", "i1"]:

@@ -34,13 +34,13 @@ from schedules.template import Lowered, Template
 REG_TILES = {
     # AVX2: 16 ymm registers of 8 floats
     (8, 16): ("1x8", "1x16", "1x32", "2x16", "2x32", "3x16", "3x24", "4x8", "4x16", "4x24",
-              "6x16", "8x8", "8x16", "12x8", "blas"),
+              "6x16", "8x8", "8x16", "12x8", "1x64", "blas"),
     # AVX-512 with LLVM's prefer-256-bit kept (TENSORTUNE_PREFER_256=1): 32 ymm registers
     (8, 32): ("2x16", "3x24", "4x16", "4x24", "6x16", "8x16", "6x24", "8x24", "12x16", "14x16",
               "6x32", "blas"),
     # AVX-512: 32 zmm registers of 16 floats, up to 28 accumulators
     (16, 32): ("4x16", "8x16", "12x16", "16x16", "4x32", "6x32", "8x32", "12x32", "14x32",
-               "4x48", "6x48", "4x64", "blas"),
+               "4x48", "6x48", "4x64", "1x64", "1x128", "2x64", "1x256", "blas"),
     # 128-bit vectors (SSE, NEON)
     (4, 16): ("2x8", "4x4", "4x8", "4x12", "6x8", "8x4", "4x16", "blas"),
 }
@@ -54,6 +54,16 @@ REG_TILES = {
 # test in tests/test_cost_model.py once needed more trials with transfer than without: not understood.)
 DEFAULT_TILE = {(8, 16): "4x24", (8, 32): "8x24", (16, 32): "8x32", (4, 16): "4x8"}
 DEFAULT_VECTOR_IR = True   # the untuned tile_code: the vector IR ("vec<lanes>"), not "slp"
+# the untuned tile for a few rows (a classifier head or a decoder step at batch 1-4: a GEMV, bound
+# by streaming B), per vector shape: {most rows: tile}. MR = M computes no duplicated rows (the
+# 8x32 default computed 8 for one) and 8 accumulators of one row keep the FMA chains busy: 1x128
+# 1.4-1.8x faster than 8x32 at M = 1 (K x N = 512x1000, 768x768, 768x3072, 1280x1000) and within
+# 0.93-1.07x of OpenBLAS's sgemv on one thread; M = 2: 2x64 1.3-1.5x, M = 3-4: 4x64 1.2-1.4x
+# (Xeon Ice Lake, AVX-512). AVX2 (haswell code, same Xeon): 1x64 1.1-1.4x, 2x32 1.2-1.4x vs 4x24
+# (2026-12-03, experiments/dense/defaults.md)
+SMALL_M_TILES = {(16, 32): {1: "1x128", 2: "2x64", 4: "4x64"}, (8, 16): {1: "1x64", 2: "2x32"}}
+# tiles only the vector IR writes: as SLP code their 64-256 scalar accumulators take minutes to compile
+VECTOR_IR_TILES = ("1x64", "1x128", "2x64", "1x256")
 BLOCKS = (1, 2, 4, 8, 16, 32, 64)
 F0 = "np.float32(0.0)"
 
@@ -71,7 +81,7 @@ def _problem(wl: Workload):
 
 class DenseTemplate(Template):
     name = "dense"
-    version = 1
+    version = 1   # (new tiles or defaults alone leave it: records of the old space still run as they did)
 
     def matches(self, wl: Workload) -> bool:
         return _problem(wl) is not None and parse_epilogue(wl, 2, wl.output_shape) is not None
@@ -89,7 +99,7 @@ class DenseTemplate(Template):
             Knob("NB", BLOCKS, code_shape=False),
             Knob("KB", k_opts, code_shape=False),
             Knob("tile_code", tile_codes(target), before="slp"),
-        ])
+        ], constraint=_slp_tiles)
 
     def default_config(self, wl: Workload, target=None) -> Config:
         space = self.space(wl, target)
@@ -99,7 +109,10 @@ class DenseTemplate(Template):
         # 32 row tiles of A (~100-200 KB: L2) before the next column tile; with M <= ~200
         # (transformer layers) one block holds all of A's rows, so B streams through once
         # (ij with MB = 4 re-read B 5x for M = 128: 0.55-0.6x NumPy at 128x3072x768, ji 0.95x)
-        return space.validate({"regtile": pick_tiles(DEFAULT_TILE, *vector_shape(target)), "order": "ji",
+        shape, m = vector_shape(target), _prod(_problem(wl)[0]["shape"][:-1])
+        small = [t for rows, t in sorted(SMALL_M_TILES.get(shape, {}).items()) if m <= rows]
+        tile = small[0] if small and DEFAULT_VECTOR_IR else pick_tiles(DEFAULT_TILE, *shape)
+        return space.validate({"regtile": tile, "order": "ji",
                                "parallel": wl.flops() >= 50_000_000,
                                "MB": 32, "NB": 4, "KB": kb, "tile_code": tile_codes(target)[1 if DEFAULT_VECTOR_IR else 0]})
 
@@ -142,6 +155,12 @@ class DenseTemplate(Template):
             steps += (Call("epilogue", (Out((M, N)), *extras, Scalar(M), Scalar(N)), items=M,
                            parallel=cfg["parallel"]),)
         return Lowered(module, Launch(steps))
+
+
+def _slp_tiles(values: dict) -> str | None:
+    if values.get("regtile") in VECTOR_IR_TILES and values.get("tile_code", "slp") == "slp":
+        return f"the GEMV tiles ({', '.join(VECTOR_IR_TILES)}) are vector IR only (tile_code='vec<lanes>')"
+    return None
 
 
 def _prod(dims) -> int:

@@ -1,0 +1,77 @@
+"""One dense shape: the untuned default against variants of it (other knob values) and NumPy,
+one thread each (OpenBLAS pinned to one), in alternating rounds: what a default change would buy.
+
+Run: python experiments/dense/bench_knobs.py MxKxN [KNOB=VALUE[,KNOB=VALUE...] ...] [--rounds 5]
+e.g. python experiments/dense/bench_knobs.py 1024x1024x1024 regtile=4x64 KB=512 regtile=4x64,KB=512
+
+Per variant: the default config (at parallel=False) with those knobs over it; GFLOP/s of the
+fastest of 5 calls per round, median over the rounds.
+"""
+import os
+
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # they slow a current numpy (FACTS.md)
+    os.environ.pop(var, None)
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from codegen import compile_kernel  # noqa: E402
+from codegen.backend import get_backend  # noqa: E402
+from ir.settings import Settings, use  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("shape", help="MxKxN")
+    ap.add_argument("variants", nargs="*", help="KNOB=VALUE[,KNOB=VALUE...] over the default")
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    use(Settings.from_env())
+    backend = get_backend(None, Settings.from_env().with_(threads=1))
+    from codegen.cpu import _host
+    from schedules import get_template
+    from tests.template_cases import make_wl, precompile
+    dense = get_template("dense")
+    m, k, n = (int(v) for v in args.shape.split("x"))
+    wl = make_wl([("MatMul", ["i0", "i1"], {})], [((m, k), "float32", False), ((k, n), "float32", True)])
+    base = {**dense.default_config(wl).to_json(), "parallel": False}
+    cfgs = [dense.space(wl).validate(base)]
+    for v in args.variants:
+        knobs = dict(kv.split("=", 1) for kv in v.split(","))
+        cfgs.append(dense.space(wl).validate({**base, **{a: int(b) if b.isdigit() else b for a, b in knobs.items()}}))
+    precompile("dense", [(wl, c) for c in cfgs])
+    arrays = wl.random_inputs(0)
+    y = np.empty(wl.output_shape, np.float32)
+    fns = []
+    for cfg in cfgs:
+        run = compile_kernel(dense, wl, cfg).bind([None, arrays[1]], backend)
+        run(arrays, y)
+        np.testing.assert_allclose(y, wl.reference(arrays), rtol=1e-3, atol=1e-3)
+        fns.append(lambda run=run: run(arrays, y))
+    fns.append(lambda: np.matmul(arrays[0], arrays[1]))
+    times = [[] for _ in fns]
+    for _ in range(args.rounds):
+        for i, fn in enumerate(fns):
+            best = float("inf")
+            for _ in range(5):
+                t0 = time.perf_counter()
+                fn()
+                best = min(best, time.perf_counter() - t0)
+            times[i].append(best)
+    h = _host()
+    print(f"{args.shape}, {h['cpu']} ({h['cpu_name']}), {h['vector_bits']}-bit vectors, 1 thread")
+    for name, t in zip(["default"] + args.variants + ["NumPy"], times):
+        print(f"  {name:32s} {2 * m * k * n / statistics.median(t) / 1e9:6.1f} GFLOP/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

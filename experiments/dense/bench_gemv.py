@@ -40,6 +40,26 @@ def best_of(fn, calls: int = 20) -> float:
     return best
 
 
+def timed_against_numpy(dense, wl, cfgs, backend, rounds: int, calls: int = 20) -> list:
+    """Seconds per call of each config of `wl` (each checked against the reference first), then
+    of `np.matmul`: the fastest of `calls` calls per round, median over `rounds` alternating
+    rounds (load from other processes hits all alike)."""
+    arrays = wl.random_inputs(0)
+    y = np.empty(wl.output_shape, np.float32)
+    fns = []
+    for cfg in cfgs:
+        run = compile_kernel(dense, wl, cfg).bind([None, *arrays[1:]], backend)
+        run(arrays, y)
+        np.testing.assert_allclose(y, wl.reference(arrays), rtol=1e-3, atol=1e-3)
+        fns.append(lambda run=run: run(arrays, y))
+    fns.append(lambda: np.matmul(arrays[0], arrays[1]))
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            times[i].append(best_of(fn, calls))
+    return [statistics.median(t) for t in times]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4])
@@ -70,25 +90,12 @@ def main() -> int:
     print("| M | K x N | " + " | ".join(["default"] + tiles + ["NumPy"]) + " | default vs NumPy (NumPy time / default time) |")
     print("|---|---|" + "---:|" * (len(tiles) + 3))
     for wl, cfgs in cases:
-        arrays = wl.random_inputs(0)
-        y = np.empty(wl.output_shape, np.float32)
-        fns = []
-        for cfg in cfgs:
-            run = compile_kernel(dense, wl, cfg).bind([None, arrays[1], arrays[2]], backend)
-            run(arrays, y)
-            np.testing.assert_allclose(y, wl.reference(arrays), rtol=1e-3, atol=1e-3)
-            fns.append(lambda run=run: run(arrays, y))
-        fns.append(lambda: np.matmul(arrays[0], arrays[1]))
-        times = [[] for _ in fns]
-        for _ in range(args.rounds):
-            for i, fn in enumerate(fns):
-                times[i].append(best_of(fn))
-        med = {i: statistics.median(t) * 1e6 for i, t in enumerate(times)}
+        med = {i: t * 1e6 for i, t in enumerate(timed_against_numpy(dense, wl, cfgs, backend, args.rounds))}
         by_tile = {c["regtile"]: med[i] for i, c in enumerate(cfgs) if i}
         m, k = wl.inputs[0]["shape"]
         cells = [f"{med[0]:.1f} ({cfgs[0]['regtile']})"] + [f"{by_tile[t]:.1f}" if t in by_tile else "-" for t in tiles]
-        print(f"| {m} | {k}x{wl.inputs[1]['shape'][1]} | " + " | ".join(cells) + f" | {med[len(fns) - 1]:.1f} | "
-              f"{med[len(fns) - 1] / med[0]:.2f}x |", flush=True)
+        print(f"| {m} | {k}x{wl.inputs[1]['shape'][1]} | " + " | ".join(cells) + f" | {med[len(cfgs)]:.1f} | "
+              f"{med[len(cfgs)] / med[0]:.2f}x |", flush=True)
     return 0
 
 

@@ -14,18 +14,15 @@ for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # they slow a current num
     os.environ.pop(var, None)
 
 import argparse  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parent)]
 
-from codegen import compile_kernel  # noqa: E402
 from codegen.backend import get_backend  # noqa: E402
 from ir.settings import Settings, use  # noqa: E402
+from bench_gemv import timed_against_numpy  # noqa: E402  (sets OPENBLAS_NUM_THREADS=1 too)
 
 
 def main() -> int:
@@ -48,28 +45,11 @@ def main() -> int:
         knobs = dict(kv.split("=", 1) for kv in v.split(","))
         cfgs.append(dense.space(wl).validate({**base, **{a: int(b) if b.isdigit() else b for a, b in knobs.items()}}))
     precompile("dense", [(wl, c) for c in cfgs])
-    arrays = wl.random_inputs(0)
-    y = np.empty(wl.output_shape, np.float32)
-    fns = []
-    for cfg in cfgs:
-        run = compile_kernel(dense, wl, cfg).bind([None, arrays[1]], backend)
-        run(arrays, y)
-        np.testing.assert_allclose(y, wl.reference(arrays), rtol=1e-3, atol=1e-3)
-        fns.append(lambda run=run: run(arrays, y))
-    fns.append(lambda: np.matmul(arrays[0], arrays[1]))
-    times = [[] for _ in fns]
-    for _ in range(args.rounds):
-        for i, fn in enumerate(fns):
-            best = float("inf")
-            for _ in range(5):
-                t0 = time.perf_counter()
-                fn()
-                best = min(best, time.perf_counter() - t0)
-            times[i].append(best)
+    times = timed_against_numpy(dense, wl, cfgs, backend, args.rounds, calls=5)
     h = _host()
     print(f"{args.shape}, {h['cpu']} ({h['cpu_name']}), {h['vector_bits']}-bit vectors, 1 thread")
     for name, t in zip(["default"] + args.variants + ["NumPy"], times):
-        print(f"  {name:32s} {2 * m * k * n / statistics.median(t) / 1e9:6.1f} GFLOP/s")
+        print(f"  {name:32s} {2 * m * k * n / t / 1e9:6.1f} GFLOP/s")
     return 0
 
 

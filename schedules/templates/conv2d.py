@@ -198,17 +198,17 @@ class Conv2dTemplate(Template):
             return self.space(wl).validate({**base, "algo": "direct", "vec": "oc", "regtile": "4x16", "PB": 1})
         one = geo["KH"] * geo["KW"] == 1
         cg = int(wl.inputs[1]["shape"][1])
-        px_tiles = pick_tiles(PX_TILES, *vector_shape(target))
+        shape = vector_shape(target)
+        px_tiles = pick_tiles(PX_TILES, *shape)
         px_code = tile_codes(target)[1] if DEFAULT_VECTOR_IR else "slp"
         if _single_pixel_windows(geo, wl.inputs[0]["shape"][2:], (oh, ow)) and \
-                (oc <= 32 or P >= pick_tiles(GEMM_1X1_PIXELS_BY_SHAPE, *vector_shape(target))):
+                (oc <= 32 or P >= pick_tiles(GEMM_1X1_PIXELS_BY_SHAPE, *shape)):
             # the plane read in place as a GEMM's panel (no packing), full tiles stored from
             # registers; 4 x 16 (8 accumulators: 6x16 and 4x24 spill in the unrolled k loop,
             # measured); 4 pixel tiles x 4 channel tiles a work item, pixels outside. Strided:
             # the plane of the pixels read, copied first (`_subsample`): ResNet-18's 1x1/2
             # convs 1.1-1.45x faster than im2col's panels (AVX-512 8x32; AVX2's 4x16, LLVM's
             # haswell code on the same Xeon: 1.14-1.38x, 2026-12-02, experiments/bench_conv.md)
-            shape = vector_shape(target)
             deep = px_code != "slp" and shape in PX_DEEP_TILE and cg >= 64 and oc >= 64 and P <= 256
             if (geo["SH"], geo["SW"]) != (1, 1) and P < 2 * _tile_dims(px_tiles[0])[1] and not deep:
                 # a strided plane of less than two pixel tiles (ResNet-18's 1x1/2 @14: 49 pixels, 64
@@ -226,7 +226,7 @@ class Conv2dTemplate(Template):
             # (one call per tile, the accumulators in registers over the whole reduction): per
             # work item one weight panel x 16 pixel tiles (the panel reused from L1/L2); the SLP
             # tile: 4 pixel tiles x 4 panels, pixels outside (experiments/bench_conv.md)
-            tile = pick_tiles(BLOCKED_TILE, *vector_shape(target)) if DEFAULT_VECTOR_IR else "6x16"
+            tile = pick_tiles(BLOCKED_TILE, *shape) if DEFAULT_VECTOR_IR else "6x16"
             blocks = {"order": "oc_px", "OCB": 1, "PB": 16} if DEFAULT_VECTOR_IR else \
                 {"order": "px_oc", "OCB": 4, "PB": 4}
             return self.space(wl, target).validate({**base, "algo": "blocked", "vec": "oc", "regtile": tile, **blocks,
@@ -824,8 +824,6 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue, code: str = "slp") ->
     b_load = lambda q: f"xg[uci, up0 + u{q}]"         # noqa: E731
     k_loops = lambda body: (For("k", "0", "Cg", (      # noqa: E731
         Assign("uk", "np.uint64(k)"), Assign("uci", "np.uint64(g * Cg + k)")) + body),)
-    edge = _store_px(mr, nr, epi, "og[oc]", "p0", f"min({nr}, P - p0)", "pq")
-    p0 = f"min(pt * {nr}, max(0, P - {nr}))" if not epi.extras else f"pt * {nr}"
     lanes = tile_lanes(code, nr)
     if lanes:   # one tile_fma call; with a residual (every tile through ct) it reads at pc, moved left as without
         aliased = _reads_full_extras(epi)
@@ -836,6 +834,8 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue, code: str = "slp") ->
                               "(n * C + g * Cg) * P + pc", "P", "Cg", full=f"oct * {mr} + {mr} <= OCg and p0 + {nr} <= P",
                               edge_count=f"min({nr}, P - p0)", epi=epi, shift="p0 - pc" if aliased else "0")
     else:
+        edge = _store_px(mr, nr, epi, "og[oc]", "p0", f"min({nr}, P - p0)", "pq")
+        p0 = f"min(pt * {nr}, max(0, P - {nr}))" if not epi.extras else f"pt * {nr}"
         tile = (Assign("p0", p0), Assign("up0", "np.uint64(p0)"), Assign("oc0", f"g * OCg + oct * {mr}")) \
             + register_tile_in_place(mr, nr, a_load, b_load, k_loops, "og", "oc0", "p0",
                                  full=f"oct * {mr} + {mr} <= OCg and p0 + {nr} <= P", edge_store=edge,

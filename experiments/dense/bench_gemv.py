@@ -10,7 +10,7 @@ thread (OPENBLAS_NUM_THREADS=1, set before NumPy loads): its sgemv otherwise tak
 """
 import os
 
-os.environ["OPENBLAS_NUM_THREADS"] = "1"
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # bench_knobs sets its own first
 for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # they slow a current numpy (FACTS.md)
     os.environ.pop(var, None)
 

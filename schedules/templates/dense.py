@@ -50,9 +50,13 @@ REG_TILES = {
 # BERT/ViT shapes) where the SLP tiles reached 0.77-0.96x (4x16; 6x16 and 4x24 as SLP code spill:
 # LLVM keeps every broadcast live), and compiles in about a third of the time
 # (experiments/dense/results.md, 2026-12-01). AVX-512: 8x32 as vector IR cross-compiled for
-# sapphirerapids: 16 zmm FMAs per k, no spill. (With 6x16 the recorded-table transfer-learning
+# sapphirerapids: 16 zmm FMAs per k, no spill; then 4x64 with KB = 512 (16 accumulators again, half
+# the broadcasts per FMA, B's panel 128 KB in L2) beat it 1.06-1.24x at 1024^3 and the BERT/ViT
+# shapes on Ice Lake and Zen 4 (1.02-1.19x OpenBLAS; 2026-12-03, bench_knobs.py). (With 6x16 the recorded-table transfer-learning
 # test in tests/test_cost_model.py once needed more trials with transfer than without: not understood.)
-DEFAULT_TILE = {(8, 16): "4x24", (8, 32): "8x24", (16, 32): "8x32", (4, 16): "4x8"}
+DEFAULT_TILE = {(8, 16): "4x24", (8, 32): "8x24", (16, 32): "4x64", (4, 16): "4x8"}
+# the untuned K block per vector shape (else 256): what the default tile was measured with
+DEFAULT_KB = {(16, 32): 512}
 DEFAULT_VECTOR_IR = True   # the untuned tile_code: the vector IR ("vec<lanes>"), not "slp"
 # the untuned tile for a few rows (a classifier head or a decoder step at batch 1-4: a GEMV, bound
 # by streaming B), per vector shape: {most rows: tile}. MR = M computes no duplicated rows (the
@@ -102,14 +106,14 @@ class DenseTemplate(Template):
         ], constraint=_slp_tiles)
 
     def default_config(self, wl: Workload, target=None) -> Config:
-        space = self.space(wl, target)
-        kb = min(space.knobs[5].options, key=lambda v: abs(v - 256))
+        space, shape = self.space(wl, target), vector_shape(target)
+        kb = min(space.knobs[5].options, key=lambda v: abs(v - DEFAULT_KB.get(shape, 256)))
         # threads pay off only when each gets real work (~1 ms of it): waking one costs ~20 us
         # BLIS's order: a B micro-panel (KB x NR, 16 KB at KB = 256) stays in L1 across up to
         # 32 row tiles of A (~100-200 KB: L2) before the next column tile; with M <= ~200
         # (transformer layers) one block holds all of A's rows, so B streams through once
         # (ij with MB = 4 re-read B 5x for M = 128: 0.55-0.6x NumPy at 128x3072x768, ji 0.95x)
-        shape, m = vector_shape(target), _prod(_problem(wl)[0]["shape"][:-1])
+        m = _prod(_problem(wl)[0]["shape"][:-1])
         small = [t for rows, t in sorted(SMALL_M_TILES.get(shape, {}).items()) if m <= rows]
         tile = small[0] if small and DEFAULT_VECTOR_IR else pick_tiles(DEFAULT_TILE, *shape)
         return space.validate({"regtile": tile, "order": "ji",

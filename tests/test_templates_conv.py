@@ -186,6 +186,20 @@ def test_dw_blocked_stride_one_matches_numpy(compiled):
     geo, epi, _, _ = GEOMETRIES[1]   # dilated 3x3, stride 1, pads 2, per-channel scale + relu
     wl = depthwise_wl(1, 21, 7, 12, epi=epi, **geo)
     check(CONV, wl, config(wl, algo="dw_blocked", regtile="8x8", PB=2, parallel=True))
+    wl = depthwise_wl(1, 19, 9, 13, k=3, s=1, p=1, epi=("clip",))   # rows' last tiles moved back
+    check(CONV, wl, config(wl, algo="dw_blocked", regtile="4x8", PB=4))
+
+
+@pytest.mark.parametrize("wl", [
+    depthwise_wl(1, 8, 12, 12, epi=("clip",)), depthwise_wl(1, 32, 12, 12, s=2, epi=("clip",)),
+    conv_wl(1, 16, 12, 12, 32, k=3, s=1, p=1, epi=("clip",)), conv_wl(1, 16, 12, 12, 32, k=1, s=1, p=0, epi=("clip",)),
+], ids=["depthwise", "dw_blocked", "3x3", "1x1"])
+def test_scalar_extras_are_read_once_per_function(wl):
+    """Clip's bounds (scalar extras) are read into locals before the loops: read at every
+    element, LLVM reloaded them after each store, and the tile's stores stayed scalar."""
+    from codegen.backend import get_backend
+    src = get_backend("cpu").render(CONV.lower(wl, CONV.default_config(wl)).module)
+    assert src.count("e0[0]") == 1 and src.count("e1[0]") == 1, "one read of each bound, in the prelude"
 
 
 def test_depthwise_rows_reads_nchw_with_edges_strides_and_small_planes(compiled):
@@ -200,6 +214,7 @@ def test_depthwise_rows_reads_nchw_with_edges_strides_and_small_planes(compiled)
         (depthwise_wl(1, 6, 9, 26, k=5, s=1, p=2, epi=("res", "relu")), "4x8"),
         (depthwise_wl(1, 7, 3, 5, k=3, s=1, p=1, epi=("relu",)), "4x16"),
         (depthwise_wl(1, 2, 4, 1, k=3, s=3, p=1, epi=("relu",)), "4x8"),   # a row narrower than the first phase-0 column
+        (depthwise_wl(1, 3, 11, 13, k=3, s=1, p=1, epi=("clip",)), "4x8"),   # ReLU6's scalar bounds: tiles moved back
     ]
     cfgs = [(wl, config(wl, algo="depthwise", regtile=t, PB=1, parallel=True)) for wl, t in cases]
     precompile("conv2d", cfgs)

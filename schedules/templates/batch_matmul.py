@@ -191,7 +191,7 @@ def _kernel(mr: int, nr: int, epi: Epilogue, lanes: int | None = None) -> Functi
     params = (Param("A", "float32[:, :, ::1]"), Param("B", "float32[:, :, ::1]"),
               Param("ia", "int64[::1]"), Param("ib", "int64[::1]")) + tuple(Param(n, t) for n, t in epi.params()) \
         + (Param("out", "float32[:, ::1]"),) + tuple(Param(n, "int64") for n in ("nb", "M", "N", "K", "MB", "t", "T"))
-    return Function("bmm", params, body)
+    return Function("bmm", params, epi.prelude() + body)
 
 
 register_template(BatchMatmulTemplate())

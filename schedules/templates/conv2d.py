@@ -691,7 +691,7 @@ def _direct(mr: int, nr: int, vec: str, order: str, geo: dict, epi: Epilogue, co
     )
     params = _params(epi, (Param("Xp", "float32[:, :, :, :, ::1]"),), "float32[:, :, ::1]") + tuple(
         Param(n, "int64") for n in ("N", "C", "OC", "G", "OH", "OW", "OCB", "PB", "t", "T"))
-    return Function("conv", params, body)
+    return Function("conv", params, epi.prelude() + body)
 
 
 def _direct_px_in_place(mr: int, nr: int, geo: dict, epi: Epilogue) -> tuple:
@@ -722,7 +722,7 @@ def _direct_px_in_place(mr: int, nr: int, geo: dict, epi: Epilogue) -> tuple:
         )),)),)
 
     def tile(w: int) -> tuple:
-        ow0 = f"min(owt * {nr}, max(0, OW - {w}))" if not epi.extras else f"owt * {nr}"
+        ow0 = f"min(owt * {nr}, max(0, OW - {w}))" if not epi.reads_output_sized else f"owt * {nr}"
         return (Assign("ow0", ow0), Assign("p0", "oh * OW + ow0")) + register_tile_in_place(
             mr, w, a_load, b_load, k_loops, "og", "oc0", "p0", full=f"oct * {mr} + {mr} <= OCg and ow0 + {w} <= OW",
             edge_store=_store_px(mr, w, epi, "og[oc]", "p0", f"min({w}, OW - ow0)", "pq"),
@@ -739,7 +739,7 @@ def _px_vector_tile(mr: int, w: int, lanes: int, a_rows: list, a_kstride: str, b
     """The channels x pixels tile (MR output channels from oc0 x W pixels from p0 of the plane
     P) as one `tile_fma` call (`codegen.vector_tile`): rows of Wp (`a_rows`) times `b`'s
     contiguous pixels over the reduction `n_k` (an integer or its nest form). Where the tile lies
-    inside the output (`full`) and the epilogue reads no residual (`_reads_full_extras`) it is stored into the output
+    inside the output (`full`) and the epilogue reads no residual (`Epilogue.reads_output_sized`) it is stored into the output
     row-major (stride P), then bias and epilogue run over the stored tile in place, a loop of W
     contiguous elements per channel at unsigned indices (vectorized; a view per row cost an NRT
     incref and decref each, 3x the tile's FMAs at K = 16, measured); else it goes to the scratch
@@ -758,15 +758,7 @@ def _px_vector_tile(mr: int, w: int, lanes: int, a_rows: list, a_kstride: str, b
     edge = (call("ct", "0", "ct.shape[1]"),
             For("r", "0", str(mr), _store_px(mr, w, epi, "og[oc]", "p0", edge_count, "pq",
                                              tile=f"ct[r, q + {shift}]" if shift != "0" else "ct[r, q]")))
-    return (If(full, in_place, edge),) if not _reads_full_extras(epi) else edge
-
-
-def _reads_full_extras(epi: Epilogue) -> bool:
-    """Whether the epilogue reads an output-sized extra (a residual), which may be the output
-    buffer itself: such tiles are stored element by element after the read (through `ct`), and
-    do not overlap (a moved tile would read a residual element its neighbour already wrote).
-    Scalar and per-channel extras (Clip's bounds, a scale) are smaller than any output."""
-    return any(e.mode == "full" for e in epi.extras)
+    return (If(full, in_place, edge),) if not epi.reads_output_sized else edge
 
 
 def _direct_px_vector(mr: int, nr: int, geo: dict, epi: Epilogue, code: str) -> tuple:
@@ -787,7 +779,7 @@ def _direct_px_vector(mr: int, nr: int, geo: dict, epi: Epilogue, code: str) -> 
             f"({', '.join(segments)},))")
 
     def tile(w: int) -> tuple:
-        ow0 = f"min(owt * {nr}, max(0, OW - {w}))" if not _reads_full_extras(epi) else f"owt * {nr}"
+        ow0 = f"min(owt * {nr}, max(0, OW - {w}))" if not epi.reads_output_sized else f"owt * {nr}"
         return (Assign("ow0", ow0), Assign("p0", "oh * OW + ow0"),
                 Assign("xb", f"(n * C + g * Cg) * XC + oh * {g['SH']} * XR + ow0")) + _px_vector_tile(
             mr, w, tile_lanes(code, w), [f"wb + {r}" for r in range(mr)], str(sw * mr), "Xp", "xb", str(dw), nest,
@@ -826,7 +818,7 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue, code: str = "slp") ->
         Assign("uk", "np.uint64(k)"), Assign("uci", "np.uint64(g * Cg + k)")) + body),)
     lanes = tile_lanes(code, nr)
     if lanes:   # one tile_fma call; with a residual (every tile through ct) it reads at pc, moved left as without
-        aliased = _reads_full_extras(epi)
+        aliased = epi.reads_output_sized
         p0 = f"min(pt * {nr}, max(0, P - {nr}))" if not aliased else f"pt * {nr}"
         tile = (Assign("p0", p0), Assign("pc", f"min(p0, max(0, P - {nr}))" if aliased else "p0"),
                 Assign("oc0", f"g * OCg + oct * {mr}"), Assign("wb", f"(g * n_oct + oct) * Cg * {mr}")) \
@@ -835,7 +827,7 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue, code: str = "slp") ->
                               edge_count=f"min({nr}, P - p0)", epi=epi, shift="p0 - pc" if aliased else "0")
     else:
         edge = _store_px(mr, nr, epi, "og[oc]", "p0", f"min({nr}, P - p0)", "pq")
-        p0 = f"min(pt * {nr}, max(0, P - {nr}))" if not epi.extras else f"pt * {nr}"
+        p0 = f"min(pt * {nr}, max(0, P - {nr}))" if not epi.reads_output_sized else f"pt * {nr}"
         tile = (Assign("p0", p0), Assign("up0", "np.uint64(p0)"), Assign("oc0", f"g * OCg + oct * {mr}")) \
             + register_tile_in_place(mr, nr, a_load, b_load, k_loops, "og", "oc0", "p0",
                                  full=f"oct * {mr} + {mr} <= OCg and p0 + {nr} <= P", edge_store=edge,
@@ -856,7 +848,7 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue, code: str = "slp") ->
     )
     params = _params(epi, (Param("X", "float32[:, :, ::1]"),), "float32[:, :, ::1]") + tuple(
         Param(n, "int64") for n in ("N", "C", "OC", "G", "P", "OCB", "PB", "t", "T"))
-    return Function("conv", params, body)
+    return Function("conv", params, epi.prelude() + body)
 
 
 def _subsample(sh: int, sw: int) -> Function:
@@ -943,7 +935,7 @@ def _gemm(mr: int, nr: int, vec: str, order: str, epi: Epilogue) -> Function:
     )
     params = _params(epi, (Param("Ap", "float32[:, :, ::1]"),), "float32[:, :, ::1]") + tuple(
         Param(n, "int64") for n in ("n", "g", "C", "OC", "G", "OH", "OW", "OCB", "PB", "t", "T"))
-    return Function("gemm", params, body)
+    return Function("gemm", params, epi.prelude() + body)
 
 
 register_template(Conv2dTemplate())

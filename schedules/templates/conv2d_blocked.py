@@ -214,7 +214,6 @@ def conv_blocked_vector(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, 
     oc_loop = ("oct", "ob * OCB", "min(n_oct, ob * OCB + OCB)")
     px_loop = ("pt", "pb * PB", "min(n_pt, pb * PB + PB)")
     outer, inner = (oc_loop, px_loop) if order == "oc_px" else (px_loop, oc_loop)
-    index = "pt - pb * PB" if order == "oc_px" else "oct - ob * OCB"
     # pixel r's window: row and column of p0 (one division), then stepped along the plane;
     # pixels past the plane read the last pixel's window (they are not stored)
     at = lambda: f"(pr * {g['SH'] * g['SW']} * WQ + pc) * {cb}"   # noqa: E731
@@ -269,7 +268,7 @@ def conv_blocked_vector(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, 
         + tuple(Param(n, t) for n, t in extras) + (Param("out", "float32[:, :, ::1]"),) + tuple(
         Param(n, "int64") for n in ("N", "OC", "G", "OH", "OW", "WQ", "OCB", "PB", "KC") + (("R",) if split else ())
         + ("t", "T"))
-    return Function("conv", params, body)
+    return Function("conv", params, tail.prelude() + body)
 
 
 def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int, lanes: int | None = None,
@@ -322,4 +321,4 @@ def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int
     params = (Param("Xc", "float32[:, :, ::1]"), Param("Wp", "float32[:, :, :, ::1]"), Param("bias", "float32[::1]")) \
         + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, :, ::1]"),) + tuple(
         Param(n, "int64") for n in ("N", "OC", "G", "OH", "OW", "WQ", "OCB", "PB", "t", "T"))
-    return Function("conv", params, body)
+    return Function("conv", params, epi.prelude() + body)

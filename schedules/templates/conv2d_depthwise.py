@@ -93,7 +93,7 @@ def fill_band(cb: int, geo: dict) -> tuple:
     )
     partial = (For("ci", "0", str(cb), (
         Assign("c", f"cbk * {cb} + ci"), Assign("uc", "np.uint64(ci)"),
-        If("c < C", (Assign("sc", f"sb + np.uint64(ci * H * W)"),
+        If("c < C", (Assign("sc", "sb + np.uint64(ci * H * W)"),
                      For("jj", "0", "j1 - j0", (Assign(f"xb[db + np.uint64(jj * {cb}) + uc]", "xn[sc + np.uint64(jj)]"),))),
            (For("jj", "0", "j1 - j0", (Assign(f"xb[db + np.uint64(jj * {cb}) + uc]", F0),)),)),
     )),)
@@ -136,9 +136,9 @@ def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int) -> Function:
             fa, fr = epi.emit(f"v{r}_{q}", f"n * OC + oc{q}", f"oh * OW + ow0 + {r}", f"e{r}_{q}_", c=f"oc{q}")
             fast += (Assign(f"v{r}_{q}", f"{acc[r][q]} + b{q}"),) + tuple(Assign(n, e) for n, e in fa) \
                 + (Assign(f"oimg[ob{q} + u{r}]", fr),)
-    # without extras (a residual input could be the output buffer itself), a row's last tile
+    # without a residual (which could be the output buffer itself), a row's last tile
     # moves left to end at the row's end: it recomputes a few pixels, but stores a full tile
-    ow0 = f"min(owt * {tp}, max(0, OW - {tp}))" if not epi.extras else f"owt * {tp}"
+    ow0 = f"min(owt * {tp}, max(0, OW - {tp}))" if not epi.reads_output_sized else f"owt * {tp}"
     tile = (
         Assign("ow0", ow0),
         *(Assign(f"o{r}", f"np.uint64(rowo + min(ow0 + {r}, OW - 1) * {g['SW'] * cb})") for r in range(tp)),
@@ -171,7 +171,7 @@ def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int) -> Function:
     params = (Param("X", "float32[:, ::1]"), Param("Wp", "float32[:, :, ::1]"), Param("bias", "float32[::1]")) \
         + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, ::1]"),) + tuple(
         Param(n, "int64") for n in ("N", "C", "M", "H", "W", "OH", "OW", "WP", "PT", "PL", "PB", "t", "T"))
-    return Function("conv", params, body)
+    return Function("conv", params, epi.prelude() + body)
 
 
 def pad_plane_flat(geo: dict) -> tuple:
@@ -245,7 +245,7 @@ def conv_depthwise_rows(mr: int, nr: int, geo: dict, epi: Epilogue) -> Function:
             For("q", "0", f"min({nr}, OW - ow0)", (Assign("v", "ct[r, q] + bo"),)
                 + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[q]", result),)),
         )),)
-    back = not epi.extras
+    back = not epi.reads_output_sized
     tile = (
         Assign("ow0", f"min(owt * {nr}, max(0, OW - {nr}))" if back else f"owt * {nr}"),
         *(Assign(f"o{r}", f"np.uint64((oh0 + {r}) * {g['SH'] * s} * WQ + ow0)") for r in range(mr)),
@@ -275,4 +275,4 @@ def conv_depthwise_rows(mr: int, nr: int, geo: dict, epi: Epilogue) -> Function:
     params = (Param("X", "float32[:, ::1]"), Param("Wd", "float32[:, ::1]"), Param("bias", "float32[::1]")) \
         + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, ::1]"),) + tuple(
         Param(n, "int64") for n in ("N", "C", "OC", "H", "W", "OH", "OW", "HP", "WQ", "PT", "PL", "t", "T"))
-    return Function("conv", params, body)
+    return Function("conv", params, epi.prelude() + body)

@@ -183,7 +183,7 @@ def _epilogue_rows(epi: Epilogue) -> Function:
     )),)
     params = (Param("out", "float32[:, ::1]"),) + tuple(Param(n, t) for n, t in epi.params()) \
         + (Param("M", "int64"), Param("N", "int64"), Param("t", "int64"), Param("T", "int64"))
-    return Function("epilogue", params, body)
+    return Function("epilogue", params, epi.prelude() + body)
 
 
 def _pack_b(nr: int) -> Function:
@@ -308,7 +308,7 @@ def _blocks(mr: int, nr: int, order: str, epi: Epilogue, lanes: int | None = Non
             )),
         )),
     )
-    return Function("blocks", _params(epi) + (Param("t", "int64"), Param("T", "int64")), body)
+    return Function("blocks", _params(epi) + (Param("t", "int64"), Param("T", "int64")), epi.prelude() + body)
 
 
 def _counts(mr: int, nr: int) -> tuple:

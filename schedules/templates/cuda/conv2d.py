@@ -421,7 +421,7 @@ def _gemm(p: dict, epi: Epilogue, cfg: Config) -> Function:
     )
     x_type = "float32[:, :, :, ::1]" if layout == "NCHW" else "float32[:, :, ::1]"
     params = (Param("X", x_type), Param("Wt", "float32[:, :, ::1]")) + _tail_params(epi)
-    return Function("conv_gemm", params, body)
+    return Function("conv_gemm", params, epi.prelude() + body)
 
 
 def _direct(p: dict, epi: Epilogue, threads: int, opt: int, unroll: bool) -> Function:
@@ -456,7 +456,7 @@ def _direct(p: dict, epi: Epilogue, threads: int, opt: int, unroll: bool) -> Fun
         )),
     )
     params = (Param("X", "float32[:, :, :, ::1]"), Param("Wd", "float32[:, ::1]")) + _tail_params(epi)
-    return Function("conv_dw", params, body)
+    return Function("conv_dw", params, epi.prelude() + body)
 
 
 register_template(CudaConv2dTemplate())

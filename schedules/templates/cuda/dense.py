@@ -312,7 +312,7 @@ def gemm_kernel(name: str, t: Tiling, ops: Operands, epi: Epilogue, params: tupl
             SYNC,
         )),)
     body += _store(t, ops, epi)
-    return Function(name, params, body)
+    return Function(name, params, epi.prelude() + body)
 
 
 def tiling_doc(t: Tiling) -> str:

@@ -369,7 +369,8 @@ AVX512 = {"vector_bits": 512, "vector_registers": 32}
     (conv_wl(1, 256, 14, 14, 512, k=1, s=2, p=0), "6x16", "14x32"),         # 7x7 output: AVX2 im2col, AVX-512 the deep GEMM
     (conv_wl(1, 576, 7, 7, 160, k=1, p=0), "6x16", "14x32"),               # 7x7 map: AVX2 im2col, AVX-512 in place (deep)
     (conv_wl(1, 3, 224, 224, 64, k=7, s=2, p=3), "4x16", "8x32"),           # stem: direct
-], ids=["3x3", "3x3s2", "1x1", "1x1s2", "1x1s2@7", "1x1@7", "stem"])
+    (conv_wl(1, 3, 64, 64, 192, k=16, s=16, p=0), "4x16", "8x32"),          # ViT patches: 16 pixels
+], ids=["3x3", "3x3s2", "1x1", "1x1s2", "1x1s2@7", "1x1@7", "stem", "patch16"])
 def test_default_tiles_follow_the_vector_shape(wl, avx2, avx512):
     """AVX2's (8 lanes, 16 registers) tiles are what they were; AVX-512's (16, 32) fill its 32
     registers (28 accumulators of the blocked tile and of deep 1x1 GEMMs on small planes, 16 of
@@ -381,6 +382,8 @@ def test_default_tiles_follow_the_vector_shape(wl, avx2, avx512):
             assert (cfg["algo"], cfg["vec"]) == (("im2col", "px") if target is AVX2 else ("direct", "px"))
         if cfg["algo"] == "blocked" or (cfg["algo"], cfg["vec"]) == ("direct", "px"):
             assert cfg["tile_code"] == f"vec{target['vector_bits'] // 32}"
+        if wl.output_shape[2] * wl.output_shape[3] < 32:   # fewer pixels than AVX-512's px tile computes
+            assert cfg["vec"] == ("px" if target is AVX2 else "oc")
     wide = {"12x32", "14x32"}
     assert not wide & set(next(k for k in CONV.space(wl, AVX2).knobs if k.name == "regtile").options)
 

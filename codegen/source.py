@@ -23,13 +23,14 @@ HEADER = ("import math\nimport numpy as np\nfrom numba import njit, prange\n"
 
 def helper_imports(text: str) -> str:
     """Import lines for the compiled helpers that `text` calls (`codegen.vector_tile`'s
-    intrinsic), each naming the helper's version: numba's cache does not track the helper's
+    intrinsics), each naming the helper's version: numba's cache does not track the helper's
     file, so a new version must change the source (hence its cache key). Imported only
     when used, so that other sources (and this module) stay free of numba."""
-    if not re.search(r"\btile_fma\(", text):
+    used = [name for name in ("tile_fma", "regroup_channels") if re.search(rf"\b{name}\(", text)]
+    if not used:
         return ""
     from codegen.vector_tile import VERSION
-    return f"from codegen.vector_tile import tile_fma  # vector_tile v{VERSION}\n"
+    return f"from codegen.vector_tile import {', '.join(used)}  # vector_tile v{VERSION}\n"
 
 
 def _subst(text: str, var: str, value: int) -> str:

@@ -19,7 +19,7 @@ GOLDEN = Path(__file__).parent / "golden"
 def _cases():
     return {
         "conv2d_direct_4x16": ("conv2d", conv_wl(1, 4, 9, 11, 6, k=3, s=2, p=1, epi=("res", "relu")),
-                               {"algo": "direct", "regtile": "4x16", "order": "oc_px", "tile_code": "slp"}),
+                               {"algo": "direct", "vec": "px", "regtile": "4x16", "order": "oc_px", "tile_code": "slp"}),
         "conv2d_im2col_4x16": ("conv2d", conv_wl(1, 4, 9, 11, 6, k=1, s=1, p=0, epi=("chan",)),
                                {"algo": "im2col", "regtile": "4x16", "order": "px_oc", "tile_code": "slp"}),
         # a stem's tile as one nest-form tile_fma call (segments per phase plane), AVX2's lanes

@@ -235,13 +235,13 @@ class Conv2dTemplate(Template):
         # GEMMs over the packed plane. 4x16 / 6x16 keep the accumulators in 16 vector registers (PX_TILES)
         strided = geo["SW"] > 1 and cg >= 32
         algo = "im2col" if one or strided or ow < 14 else "direct"
-        if algo == "im2col" and P < _tile_dims(px_tiles[1])[1]:
+        tile = px_tiles[1] if one or strided else px_tiles[2]
+        if algo == "im2col" and P < _tile_dims(tile)[1]:
             # fewer pixels than one tile's run along them (a ViT's 16x16/16 patch conv on 64x64:
             # 16 pixels, AVX-512's 8x32 computing 32): vectors along the channels, pixels x
             # channels tiles: 2.1x faster there (0.114 -> 0.054 ms; Zen 4, 2026-12-03)
             return self.space(wl, target).validate({**base, "algo": "im2col", "vec": "oc", "regtile": px_tiles[0]})
-        return self.space(wl, target).validate({**base, "algo": algo, "vec": "px",
-                                                "regtile": px_tiles[1] if one or strided else px_tiles[2],
+        return self.space(wl, target).validate({**base, "algo": algo, "vec": "px", "regtile": tile,
                                                 "tile_code": px_code if algo == "direct" else "slp"})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:

@@ -141,7 +141,7 @@ def _run(backend: Backend, fns: dict, steps, env: _Env) -> None:
 _IN, _OUT = 1, 2   # argument kinds filled on each call; all others are fixed per plan
 
 
-def _launcher(backend: Backend, s: Call, work_estimate: int):
+def _launcher(backend: Backend, s: Call, work_estimate: int | None):
     """(run, trailing args) of one `Call` step: `run(*args, *trailing)` runs it. A backend
     with a `launcher` decides once per plan how to run it (on the CPU: how many threads);
     others are called through `Backend.call` on every run."""
@@ -213,7 +213,9 @@ class BoundKernel:
         self._own_work: dict | None = None
         self._tables = _tables(kernel.lowered.launch, self.backend)
         self._generic, self._generic_work = None, None
-        self.work_estimate = work_estimate(kernel.workload)
+        # its size for the backend's thread count (`codegen.cpu.threads_for`); None: no size cut, the
+        # kernel runs on every thread (where `tune`'s in-model check found that faster: `runtime.choose.SPLIT`)
+        self.work_estimate: int | None = work_estimate(kernel.workload)
 
     @property
     def workspaces(self) -> tuple:

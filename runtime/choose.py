@@ -21,6 +21,9 @@ CPU_FALLBACK = "cpu-fallback"   # a GPU model's subgraph that no GPU template co
 KINDS = (TUNED, NEAREST, DEFAULT, CPU_FALLBACK, REFERENCE)
 # the strategy of records `tune` measured inside the deployed model (tuner.verify): its verdicts
 IN_MODEL = "in-model"
+# a key of a stored config that is not a knob: the kernel runs on every thread, however small (the
+# in-model check timed it faster so: `tuner.verify`); only the exact workload's record carries it
+SPLIT = "@split"
 
 
 class StaleRecordError(TensortuneError):
@@ -33,6 +36,7 @@ class Choice:
     template: Template | None
     config: Config | None
     backend: str | None = None   # None: the model's backend; "cpu" for a CPU_FALLBACK
+    split: bool = False          # run on every thread whatever its size (`SPLIT`)
 
 
 @dataclass
@@ -98,8 +102,10 @@ class Chooser:
                 self._stale(wl, found, f"it was tuned with {template.name} v{found.version}, this is "
                                        f"v{template.version}")
             else:
+                config = dict(found.config)
+                split = bool(config.pop(SPLIT, False)) and found.kind == TUNED
                 try:
-                    return Choice(found.kind, template, template.space(wl).validate(found.config))
+                    return Choice(found.kind, template, template.space(wl).validate(config), split=split)
                 except ConfigError as e:
                     self._stale(wl, found, f"its config does not fit the template's space ({e})")
         return Choice(DEFAULT, template, template.default_config(wl))

@@ -488,6 +488,8 @@ class CompiledModel:
         for step, choice, wl in kernels:
             backend = get_backend(choice.backend, self.backend.settings) if choice.backend else None
             step.kernel = self._bound(step.index, choice.template, wl, choice.config, step.subgraph, backend)
+            if choice.split:
+                step.kernel.work_estimate = None
             step.out_shape, step.out_dtype = tuple(wl.output_shape), wl.output_dtype
         if self.backend.device:   # folded shape values: uploaded once per program, like constants
             static = {v: self.backend.asarray(a, a.dtype) for v, a in static.items()}

@@ -656,6 +656,11 @@ def verification_lines(reports) -> list[str]:
              "rejected (their default config ran faster inside the model and is deployed instead)"]
     for x in v.rejected:
         lines.append(f"  rejected {x.name[:70]}: tuned {_ms(x.tuned_s)} vs default {_ms(x.default_s)} in the model")
+    if v.splits:
+        lines.append(f"  {len(v.splits)} kernel workload(s) its size keeps on fewer threads also timed on "
+                     f"{v.splits[0].threads}: {len(v.split)} ran faster so and are deployed on every thread")
+        for x in v.split:
+            lines.append(f"  every thread {x.name[:60]}: {_ms(x.one_s)} -> {_ms(x.split_s)}")
     return lines
 
 

@@ -15,6 +15,13 @@ of them whenever the database's best config is one that was verified, so
 `runtime.load(db=...)` and `build_plan` deploy what this step decided. A new best
 found by a later `tune` is deployed unverified until that run verifies it.
 
+On more than one thread the same run times each kernel that its size keeps on fewer
+threads (`codegen.cpu.threads_for`) once more on every thread (a third model): the size
+rule is one constant for every machine, and whether a 20 M-unit conv gains from a second
+thread depends on the machine's pool (1.3-1.6x on a Zen 4 guest, slower on Intel guests
+whose pool threads wake late). Where every thread ran it at least `SPLIT_GAIN` faster, a
+`SPLIT` record of its config deploys it so (`SplitVerdict`).
+
 The same in-model times make tune's estimate of the deployed latency
 (`deployed_estimate`): each kernel counted with its time inside the model where this
 step measured it, not with its time alone, which is lower by the in-model penalty.
@@ -27,7 +34,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from schedules import get_template
-from runtime.choose import DEFAULT, IN_MODEL, NEAREST, TUNED
+from runtime.choose import DEFAULT, IN_MODEL, NEAREST, REFERENCE, SPLIT, TUNED
+
+SPLIT_GAIN = 0.95        # every thread is kept only where it ran in at most this share of the time: the margin
+                         # of the in-model noise, so that no kernel flips on a coin toss
+SPLIT_MIN_WORK = 1 << 20  # work units below which no kernel is tried on every thread: a pool hand-off costs more
 
 
 @dataclass
@@ -48,6 +59,29 @@ class Verdict:
     def kept(self) -> str:
         """"tuned" unless its default config ran faster inside the model."""
         return TUNED if self.tuned_s <= self.default_s else DEFAULT
+
+    @property
+    def name(self) -> str:
+        return f"{self.template}:{self.workload.describe()}"
+
+
+@dataclass
+class SplitVerdict:
+    """One kernel workload timed inside the model on the threads its size gives it and on every thread."""
+    workload: object              # ir.workload.Workload
+    template: str
+    template_version: int
+    occurrences: int
+    config: dict
+    threads: int
+    one_s: float                  # typical in-model seconds per occurrence, as the size rule runs it
+    split_s: float                # the same, on `threads` threads
+    one_runs: list = field(default_factory=list)
+    split_runs: list = field(default_factory=list)
+
+    @property
+    def kept(self) -> bool:
+        return self.split_s <= SPLIT_GAIN * self.one_s
 
     @property
     def name(self) -> str:
@@ -77,6 +111,11 @@ class Verification:
     verdicts: list[Verdict]
     measured: Measured            # of the model as stored (before the verdicts) and the untuned one
     runs: int
+    splits: list[SplitVerdict] = field(default_factory=list)   # kernels also timed on every thread
+
+    @property
+    def split(self) -> list[SplitVerdict]:
+        return [s for s in self.splits if s.kept]
 
     @property
     def rejected(self) -> list[Verdict]:
@@ -217,6 +256,39 @@ def load_pair(graph, db, settings, fallback: str | None = None):
     return tuned, default
 
 
+class _EveryThread:
+    """A chooser that deploys what `inner` chooses, every kernel on every thread (`SPLIT`)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def choose(self, wl):
+        from dataclasses import replace
+        c = self.inner.choose(wl)
+        return c if c.kind == REFERENCE else replace(c, split=True)
+
+
+def split_model(graph, db, settings, fallback: str | None = None):
+    """The model `load_pair` tunes, each kernel run on every thread however small."""
+    import runtime
+    from runtime.choose import Chooser
+    m = runtime.load(graph, db=db, fallback=fallback, target=settings.backend, settings=settings)
+    m.chooser = _EveryThread(Chooser(None, m.chooser.db, m.chooser.target_key, kind=m.chooser.kind,
+                                     use_verdicts=False))
+    return m
+
+
+def _cut_by_size(kernel, threads: int) -> bool:
+    """Whether the size rule runs this bound kernel on fewer than `threads` threads, and it is
+    large enough (`SPLIT_MIN_WORK`) that every thread might pay."""
+    from codegen.cpu import threads_for
+    w = kernel.work_estimate
+    return w is not None and w >= SPLIT_MIN_WORK and threads_for(threads, None, w) < threads
+
+
 def _kernel_steps(steps) -> dict[str, list[int]]:
     """workload key -> the indices of the kernel steps that run it."""
     out: dict[str, list] = {}
@@ -267,10 +339,15 @@ def verify_in_model(graph, db, sizes: dict, settings, runs: int = 15, fallback: 
     from runtime.cli import random_feeds
     tuned, default = load_pair(graph, db, settings, fallback)
     feeds = random_feeds(tuned.graph, dict(sizes), seed)
-    runs = runs_to_span([tuned, default], feeds, runs, min_s)
-    timed = interleaved([tuned, default], feeds, runs)
-    (_, t_per), (_, d_per) = timed
     t_steps, d_steps = tuned.prepare(feeds).steps, default.prepare(feeds).steps
+    threads = settings.num_threads
+    models = [tuned, default]
+    if threads > 1 and settings.backend == "cpu" and \
+            any(st.kernel is not None and _cut_by_size(st.kernel, threads) for st in t_steps):
+        models.append(split_model(graph, db, settings, fallback))
+    runs = runs_to_span(models, feeds, runs, min_s)
+    timed = interleaved(models, feeds, runs)
+    (_, t_per), (_, d_per) = timed[:2]
     verdicts = []
     for idx in _kernel_steps(t_steps).values():
         ts, ds = t_steps[idx[0]], d_steps[idx[0]]
@@ -282,20 +359,40 @@ def verify_in_model(graph, db, sizes: dict, settings, runs: int = 15, fallback: 
         verdicts.append(Verdict(kt.workload, kt.template, get_template(kt.template).version, len(idx),
                                 kt.config.to_json(), ds.kernel.kernel.config.to_json(), per_occurrence(t_per, idx),
                                 per_occurrence(d_per, idx), [float(x) for x in t_runs], [float(x) for x in d_runs]))
-    return Verification(verdicts, measured_pair(tuned, default, feeds, runs, timed), max(1, runs))
+    splits = []
+    if len(models) > 2:
+        s_per = timed[2][1]
+        s_steps = models[2].prepare(feeds).steps
+        for idx in _kernel_steps(t_steps).values():
+            ts = t_steps[idx[0]]
+            if not _cut_by_size(ts.kernel, threads) or s_steps[idx[0]].kernel is None:
+                continue
+            kt = ts.kernel.kernel
+            splits.append(SplitVerdict(kt.workload, kt.template, get_template(kt.template).version, len(idx),
+                                       kt.config.to_json(), threads, per_occurrence(t_per, idx),
+                                       per_occurrence(s_per, idx),
+                                       [float(x) for x in t_per[:, idx].sum(axis=1) / len(idx)],
+                                       [float(x) for x in s_per[:, idx].sum(axis=1) / len(idx)]))
+    return Verification(verdicts, measured_pair(tuned, default, feeds, runs, timed[:2]), max(1, runs), splits)
 
 
 def store_verdicts(db, verification: Verification, target) -> int:
-    """One `IN_MODEL` record per config compared (tuned and default) of every verdict, so
-    the chooser deploys the faster; returns how many were stored."""
+    """One `IN_MODEL` record per config compared (tuned and default) of every verdict, and
+    of every kernel that ran faster on every thread its config on its threads and with
+    `SPLIT`, so the chooser deploys the fastest; returns how many were stored."""
     from database import Record
     recs = []
-    for v in verification.verdicts:
-        wl = v.workload
-        for cfg, med, runs in ((v.tuned_config, v.tuned_s, v.tuned_runs), (v.default_config, v.default_s, v.default_runs)):
+    compared = [(v.workload, v.template, v.template_version, ((v.tuned_config, v.tuned_s, v.tuned_runs),
+                                                               (v.default_config, v.default_s, v.default_runs)))
+                for v in verification.verdicts]
+    compared += [(s.workload, s.template, s.template_version, ((s.config, s.one_s, s.one_runs),
+                                                               ({**s.config, SPLIT: True}, s.split_s, s.split_runs)))
+                 for s in verification.split]
+    for wl, template, version, configs in compared:
+        for cfg, med, runs in configs:
             spread = (max(runs) - min(runs)) / med if runs and med else None
             recs.append(Record(workload=wl.to_json(), workload_key=wl.key, signature=wl.signature, family=wl.family,
-                               template=v.template, template_version=v.template_version, target=target.describe(),
+                               template=template, template_version=version, target=target.describe(),
                                config=dict(cfg), status="ok", latencies=list(runs), median=med, spread=spread,
                                strategy=IN_MODEL, flops=wl.flops()))
     if recs:
@@ -338,6 +435,7 @@ def estimate_parts(reports, db, target_key: str, measured: Measured | None = Non
         for v in verification.verdicts:
             checked[(v.workload.key, config_hash(v.tuned_config))] = v.tuned_s
             checked[(v.workload.key, config_hash(v.default_config))] = v.default_s
+    split = {s.workload.key: s for s in verification.split} if verification is not None and in_model else {}
     program = verification.measured if verification is not None else measured
     fallback = measured.in_model if measured else program.in_model if program else {}
     by_key = {r.task.workload.key: r for r in reports}
@@ -353,6 +451,12 @@ def estimate_parts(reports, db, target_key: str, measured: Measured | None = Non
             wl = r.task.workload
             cfg = r.task.template.default_config(wl).to_json() if key in rejected or r.best_config is None \
                 else r.best_config
+        if key in split:   # the chooser deploys the fastest config timed in the model, on every thread too
+            sv = split[key]
+            t_cfg = checked.get((key, config_hash(cfg))) if cfg is not None else None
+            if t_cfg is None or sv.split_s < t_cfg:
+                cfg = {**sv.config, SPLIT: True}
+                checked[(key, config_hash(cfg))] = sv.split_s
         found = []
         if cfg is not None:
             found.append(("in-model check", checked.get((key, config_hash(cfg)))))

@@ -1,0 +1,96 @@
+"""Kernels that the size rule keeps on fewer threads are timed on every thread by the
+in-model check (`tuner.verify.SplitVerdict`), and where that ran faster the `SPLIT` record
+deploys them so, from the database and from a plan (issue 13: ResNet-18's 64-channel
+convs ran 1.3-1.6x faster on two threads of a Zen 4 guest, and slower on Intel guests)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import runtime
+import tuner.verify as verify
+from codegen import host_target
+from codegen.cpu import _Spread
+from database import Database
+from ir import import_onnx, simplify
+from ir.settings import Settings
+from runtime.choose import IN_MODEL, SPLIT, deployed_record
+from tuner.task import extract_tasks, shape_points
+from tuner.tune import TaskReport, verification_lines
+
+C, HW = 32, 28   # 2 * 32 * 32 * 9 * 784 = 14 M FLOPs: under one thread's share (2^25) on two threads
+
+
+def _graph():
+    w = np.random.default_rng(0).standard_normal((C, C, 3, 3)).astype(np.float32) * 0.1
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")
+    g = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, HW, HW])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, C, HW, HW])],
+                          initializer=[numpy_helper.from_array(w, "w")])
+    return simplify(import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])))
+
+
+@pytest.fixture
+def checked(tmp_path):
+    """The conv's check on two threads, against an empty database (its default config)."""
+    graph, settings = _graph(), Settings(threads=2)
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    points = shape_points(graph.dims, None)
+    v = verify.verify_in_model(graph, db, points[0], settings, runs=3)
+    return graph, settings, db, points, v
+
+
+def _x():
+    return {"x": np.random.default_rng(1).standard_normal((1, C, HW, HW)).astype(np.float32)}
+
+
+def test_a_kernel_cut_by_its_size_is_timed_on_every_thread(checked):
+    graph, settings, db, points, v = checked
+    assert v.verdicts == []   # nothing tuned: no config to compare with the default
+    assert len(v.splits) == 1
+    s = v.splits[0]
+    assert s.threads == 2 and s.template == "conv2d" and s.occurrences == 1
+    assert s.one_s > 0 and s.split_s > 0 and len(s.one_runs) == len(s.split_runs) >= 3
+    # on one thread nothing is cut, and no third model runs
+    assert verify.verify_in_model(graph, db, points[0], Settings(threads=1), runs=2).splits == []
+
+
+def test_a_faster_split_is_stored_and_deployed_on_every_thread(checked):
+    graph, settings, db, points, v = checked
+    s = v.splits[0]
+    s.split_s = s.one_s / 2   # as on a machine whose second thread pays
+    target = host_target(settings=settings)
+    assert verify.store_verdicts(db, v, target) == 2
+    assert {r.strategy for r in db.records()} == {IN_MODEL}
+    assert deployed_record(db, s.workload.key, target.key).config == {**s.config, SPLIT: True}
+    assert any("every thread" in line for line in verification_lines(TaskReportsWith(v)))
+
+    untuned = runtime.load(graph, settings=settings).run(_x())["y"]
+    plan = runtime.build_plan(graph, db, points, target.key, target=target)
+    assert plan.entries[0].config[SPLIT] is True
+    for deployed in (runtime.load(graph, db=db, settings=settings), runtime.load(graph, plan=plan, settings=settings)):
+        step = deployed.prepare(_x()).steps[0]
+        assert step.kernel.work_estimate is None and step.kernel.kernel.config.to_json() == s.config
+        runs = [run for run, _ in step.kernel.plan([None], None, None).calls]
+        assert any(isinstance(r, _Spread) and r.threads == 2 for r in runs)
+        np.testing.assert_allclose(deployed.run(_x())["y"], untuned, rtol=1e-5, atol=1e-5)
+
+    # tune's estimate counts the conv with its time on every thread
+    tasks, _ = extract_tasks(graph, points)
+    rep = TaskReport(tasks[0], best=None, best_config=None, default=s.one_s)
+    parts = verify.estimate_parts([rep], db, target.key, v.measured, v)
+    assert [p.seconds for p in parts] == [pytest.approx(s.split_s)]
+
+
+def test_a_split_that_did_not_pay_is_not_stored(checked):
+    graph, settings, db, points, v = checked
+    v.splits[0].split_s = v.splits[0].one_s * 1.01   # within the noise margin
+    assert verify.store_verdicts(db, v, host_target(settings=settings)) == 0
+    step = runtime.load(graph, db=db, settings=settings).prepare(_x()).steps[0]
+    assert step.kernel.work_estimate is not None
+
+
+class TaskReportsWith:
+    def __init__(self, v):
+        self.verification = v

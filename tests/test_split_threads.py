@@ -4,6 +4,8 @@ deploys them so, from the database and from a plan (issue 13: ResNet-18's 64-cha
 convs ran 1.3-1.6x faster on two threads of a Zen 4 guest, and slower on Intel guests)."""
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -31,14 +33,20 @@ def _graph():
     return simplify(import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])))
 
 
-@pytest.fixture
-def checked(tmp_path):
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory):
     """The conv's check on two threads, against an empty database (its default config)."""
     graph, settings = _graph(), Settings(threads=2)
-    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    db = Database(f"sqlite:///{tmp_path_factory.mktemp('split') / 's.db'}")
     points = shape_points(graph.dims, None)
-    v = verify.verify_in_model(graph, db, points[0], settings, runs=3)
-    return graph, settings, db, points, v
+    return graph, settings, db, points, verify.verify_in_model(graph, db, points[0], settings, runs=3)
+
+
+@pytest.fixture
+def checked(verified, tmp_path):
+    """`verified` with a database of its own and a copy of the check to change."""
+    graph, settings, _, points, v = verified
+    return graph, settings, Database(f"sqlite:///{tmp_path / 's.db'}"), points, copy.deepcopy(v)
 
 
 def _x():

@@ -226,6 +226,11 @@ def step_sum(totals, per) -> float:
     return float(typical(per, axis=0).sum() + typical(np.asarray(totals) - per.sum(axis=1)))
 
 
+def runs_per_occurrence(per: np.ndarray, idx: list[int]) -> list[float]:
+    """Each run's seconds per occurrence of the steps `idx` (one workload's)."""
+    return [float(x) for x in per[:, idx].sum(axis=1) / len(idx)]
+
+
 def per_occurrence(per: np.ndarray, idx: list[int]) -> float:
     """Seconds per occurrence of the steps `idx`: the mean of their typical times, as `step_sum`
     counts them. Not the median of each call's sum over the steps: a workload occurring k times is
@@ -353,12 +358,11 @@ def verify_in_model(graph, db, sizes: dict, settings, runs: int = 15, fallback: 
         ts, ds = t_steps[idx[0]], d_steps[idx[0]]
         if ts.kind not in (TUNED, NEAREST) or ds.kernel is None or ts.kernel.kernel.config == ds.kernel.kernel.config:
             continue   # a default config (nothing to compare) or no kernel in the untuned model
-        t_runs = t_per[:, idx].sum(axis=1) / len(idx)   # per occurrence, each run
-        d_runs = d_per[:, idx].sum(axis=1) / len(idx)
         kt = ts.kernel.kernel
         verdicts.append(Verdict(kt.workload, kt.template, get_template(kt.template).version, len(idx),
                                 kt.config.to_json(), ds.kernel.kernel.config.to_json(), per_occurrence(t_per, idx),
-                                per_occurrence(d_per, idx), [float(x) for x in t_runs], [float(x) for x in d_runs]))
+                                per_occurrence(d_per, idx), runs_per_occurrence(t_per, idx),
+                                runs_per_occurrence(d_per, idx)))
     splits = []
     if len(models) > 2:
         s_per = timed[2][1]
@@ -371,8 +375,7 @@ def verify_in_model(graph, db, sizes: dict, settings, runs: int = 15, fallback: 
             splits.append(SplitVerdict(kt.workload, kt.template, get_template(kt.template).version, len(idx),
                                        kt.config.to_json(), threads, per_occurrence(t_per, idx),
                                        per_occurrence(s_per, idx),
-                                       [float(x) for x in t_per[:, idx].sum(axis=1) / len(idx)],
-                                       [float(x) for x in s_per[:, idx].sum(axis=1) / len(idx)]))
+                                       runs_per_occurrence(t_per, idx), runs_per_occurrence(s_per, idx)))
     return Verification(verdicts, measured_pair(tuned, default, feeds, runs, timed[:2]), max(1, runs), splits)
 
 

@@ -1,7 +1,9 @@
 """The `cpu` backend: loop modules rendered to Python, compiled by numba.
 
-Kernels are serial `nogil` numba functions; `call` runs T copies of one on
-threads, copy t handling work items t, t+T, ... (`parallel_for`). Numba's
+Kernels are serial `nogil` numba functions; `call` runs copies of one on
+threads, copy t of T handling work items t, t+T, ... (`parallel_for`): generated kernels
+through the native pool, whose threads call them by address and never run Python
+(`codegen.native_call`), other callables through a pool of Python threads. Numba's
 `parallel=True` would compile each candidate about 3x slower (measured: 5 s ->
 15 s for a dense register tile), and compile time is the tuner's main cost.
 
@@ -129,13 +131,16 @@ def _host() -> dict:
             "vector_bits": bits, "vector_registers": regs}
 
 
-MIN_WORK_PER_THREAD = 1 << 25
+MIN_WORK_PER_THREAD = 1 << 21
 """Work units (FLOPs + bytes, `codegen.kernel.work_estimate`) a kernel needs per thread before a
-second thread takes part. Measured on a quiet 2-vCPU KVM guest (Intel Xeon, `bench_overhead.py
---handoff`): dense 96^3-256^3 (1.9M-34M units) ran 0.40-0.95x as fast on 2 threads as on 1, 512^3
-(272M) 1.77x. A pool thread that waits for the GIL is woken by a futex, ~80 us there (a Python
-thread sleeping 200 us wakes that late), so a kernel pays only once each half runs for a few
-hundred microseconds. It was 2^19, which split kernels of ~10 us."""
+second thread takes part: a kernel splits on 2 threads from 4 M units (~40 us here). With the
+native pool (no GIL in the handoff, copies claimed one at a time) on a 2-vCPU Zen 4 KVM guest,
+untuned at 2 threads, medians of interleaved calls: ResNet-18 (64x64) 5.3 ms with the old 2^25
+-> 3.6-4.5 ms from 2^21, BERT-small and MobileNetV2 unchanged within the noise from 2^19 to 2^25.
+It was 2^25 while pool threads ran each copy from Python: a thread waiting for the GIL is woken
+by a futex, 0.1-4 ms later on these guests, so only kernels of hundreds of microseconds paid.
+Kernels of Python callables (no native entry) still go through that pool. Below it, tune's
+in-model check still times kernels on every thread (`tuner.verify.SplitVerdict`)."""
 
 
 SPIN_S = 5e-4
@@ -253,7 +258,8 @@ class _Worker:
 
 
 class _Pool:
-    """Threads 1, 2, ... of `parallel_for`, started on first need and kept, spinning `SPIN_S`
+    """Threads 1, 2, ... of `parallel_for` for callables without a native entry (a Python
+    function, a numba function compiled on demand), started on first need and kept, spinning `SPIN_S`
     after each task. One caller at a time (`lock`); made anew in a forked child."""
 
     def __init__(self):
@@ -268,7 +274,46 @@ class _Pool:
         return self.workers
 
 
+class _NativePool:
+    """Threads 1, 2, ... for kernels with a native entry (`codegen.native_call`): each lives in
+    `codegen.spin.serve_copies` and never returns to Python, so no handoff waits for the GIL.
+    A kernel on T threads runs as up to `COPIES_PER_THREAD` x T copies that every thread, the
+    caller too, claims one at a time: a thread whose vCPU runs slower takes fewer. One caller
+    at a time (`lock`); made anew in a forked child."""
+
+    def __init__(self):
+        from codegen import spin
+        self.spin, self.box, self.gen = spin, np.zeros(spin.N_WORDS, np.int64), 0
+        self.window = int(SPIN_S * spin.ticks_per_second())
+        self.lock, self.threads = threading.Lock(), 0
+
+    def _serve(self) -> None:
+        fpmode.flush_here()   # this thread only runs kernels: denormals flushed for good
+        self.spin.serve_copies(self.box, self.window)
+
+    def run(self, entry, args: tuple, block_at: int, threads: int, copies: int) -> None:
+        """Copies 0..copies-1 of `entry`'s kernel on `args` (`block_at`: the address of their
+        packed words, kept alive by the caller)."""
+        while self.threads < threads - 1:
+            self.threads += 1
+            threading.Thread(target=self._serve, daemon=True, name=f"tensortune-native-{self.threads}").start()
+        self.gen += 1
+        if self.spin.post_and_run(self.box, self.gen, copies, entry.address, entry.trampoline, block_at) != 0:
+            for t in range(copies):   # a copy raised: run them here, where the exception can be seen
+                entry.fn(*args, t, copies)
+            raise RuntimeError(f"kernel {getattr(entry.fn, '__name__', entry.fn)} failed on a pool thread")
+
+
+COPIES_PER_THREAD = 4
+"""Copies of a kernel per thread the native pool claims from (capped by its work items): on a
+2-vCPU KVM guest one vCPU ran the same loop at half the other's speed, for seconds at a time
+(taskset, one process per vCPU: 104 vs 222 us); T equal copies then take as long as the slow
+one, 4T let the fast thread run more of them (the prototype: dense 96^3-128^3 1.5-1.8x faster
+on 2 threads, against 0.85-0.9x for two fixed halves)."""
+
+
 _pool: _Pool | None = None
+_native: _NativePool | None = None
 _pool_lock = threading.Lock()
 
 
@@ -281,10 +326,27 @@ def _the_pool() -> _Pool:
     return _pool
 
 
+def _the_native_pool() -> _NativePool:
+    global _native
+    if _native is None:
+        with _pool_lock:
+            if _native is None:
+                _native = _NativePool()
+    return _native
+
+
+def _native_entry(fn):
+    """`fn`'s native entry where the native pool can run it (x86-64 Linux, spinning on)."""
+    from codegen import native_call, spin
+    if not spin.AVAILABLE or SPIN_S <= 0:
+        return None
+    return native_call.entry(fn)
+
+
 def _forget_pool() -> None:
     """In a forked child: the parent's threads are not there (and its locks may be held)."""
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
+    global _pool, _native, _pool_lock
+    _pool, _native, _pool_lock = None, None, threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -312,6 +374,11 @@ def parallel_for(fn, args: tuple, threads: int, items: int | None = None, work: 
     if threads <= 1:
         fn(*args, 0, 1)
         return
+    entry = _native_entry(fn)
+    if entry is not None:
+        block = entry.pack(args)
+        _run_native(entry, args, block.ctypes.data, threads, _copies(threads, items))
+        return
     pool = _the_pool()
     if not pool.lock.acquire(blocking=False):
         # another caller has the pool (another Python thread, or a kernel run by a pool thread):
@@ -333,15 +400,49 @@ def parallel_for(fn, args: tuple, threads: int, items: int | None = None, work: 
         raise errors[0]
 
 
-class _Spread:
-    """A kernel run on T > 1 threads: `_Spread(fn, T)(*args)` is `parallel_for(fn, args, T)`."""
-    __slots__ = ("fn", "threads")
+def _copies(threads: int, items: int | None) -> int:
+    from codegen.spin import MAX_COPIES
+    return max(threads, min(items if items is not None else threads, threads * COPIES_PER_THREAD, MAX_COPIES))
 
-    def __init__(self, fn, threads: int):
-        self.fn, self.threads = fn, threads
+
+def _run_native(entry, args: tuple, block_at: int, threads: int, copies: int) -> None:
+    pool = _native or _the_native_pool()
+    if not pool.lock.acquire(blocking=False):
+        for t in range(threads):   # another caller has the pool: the copies are independent, run them here
+            entry.fn(*args, t, threads)
+        return
+    try:
+        pool.run(entry, args, block_at, threads, copies)
+    finally:
+        pool.lock.release()
+
+
+def _same(args: tuple, before: tuple | None) -> bool:
+    """Whether `args` are `before`'s arrays (the same objects) and equal scalars."""
+    return before is not None and len(args) == len(before) and all(
+        a is b or (not isinstance(a, np.ndarray) and not isinstance(b, np.ndarray) and a == b)
+        for a, b in zip(args, before))
+
+
+class _Spread:
+    """A kernel run on T > 1 threads: `_Spread(fn, T, items)(*args)` is `parallel_for(fn, args, T,
+    items)`; for the native pool the argument block of the last arguments is kept (a plan calls
+    a step with the same tuple of the same buffers each time)."""
+    __slots__ = ("fn", "threads", "items", "entry", "copies", "_args", "_block", "_block_at")
+
+    def __init__(self, fn, threads: int, items: int | None = None):
+        self.fn, self.threads, self.items = fn, threads, items
+        self.entry, self.copies = _native_entry(fn), _copies(threads, items)
+        self._args, self._block, self._block_at = None, None, 0
 
     def __call__(self, *args) -> None:
-        parallel_for(self.fn, args, self.threads)
+        if self.entry is None:
+            parallel_for(self.fn, args, self.threads, self.items)
+            return
+        if not _same(args, self._args):
+            self._args, self._block = args, self.entry.pack(args)
+            self._block_at = self._block.ctypes.data
+        _run_native(self.entry, args, self._block_at, self.threads, self.copies)
 
 
 class CpuBackend(Backend):
@@ -396,5 +497,5 @@ class CpuBackend(Backend):
         threads = threads_for(self.settings.num_threads if parallel else 1, items, work)
 
         def make(fn):
-            return (fn, (0, 1)) if threads <= 1 else (_Spread(fn, threads), ())
+            return (fn, (0, 1)) if threads <= 1 else (_Spread(fn, threads, items), ())
         return make

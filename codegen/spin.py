@@ -1,10 +1,17 @@
 """Atomic load, store and compare-and-swap on an int64 mailbox; a bounded nogil spin on one word.
 
-What `codegen.cpu`'s thread pool needs to hand work over without waking a sleeping thread:
+What `codegen.cpu`'s thread pools need to hand work over without waking a sleeping thread:
 a Python `SimpleQueue` handoff costs ~18 µs on a 2-vCPU KVM guest (the idle vCPU halts and
 is woken by an IPI), a write the other thread is spinning on costs well under one.
 Only x86-64 Linux has the spin (`pause`, `rdtsc`, `sched_yield`); elsewhere `AVAILABLE` is
 False and the pool blocks at once.
+
+The native pool's side lives here too (`serve_copies`, `post_copies`, `run_here`): its threads
+never run Python. A task is copies 0..V-1 of one kernel, called through a trampoline
+(`codegen.native_call`); every thread, the caller included, claims the next unrun copy from one
+word (`NEXT`: the task's generation, its copy count and the next copy, so a stale claim fails)
+until none is left, so a thread that runs slower (a vCPU its host shares) simply runs fewer.
+A thread with nothing to do spins, then sleeps on a futex on the generation word.
 """
 from __future__ import annotations
 
@@ -116,6 +123,112 @@ if AVAILABLE:
             _store(box, waiter, 0)
             return 2
         return 1 if spin_wait(box, gen, old, max_ticks) else 0
+
+
+# the native pool's mailbox: int64 words, the fields that different threads write on separate lines
+ROW = 8
+N_GEN, N_SLEEPERS, N_NEXT, N_FINISHED, N_STATUS, N_TASK = 0, ROW, 2 * ROW, 3 * ROW, 4 * ROW, 5 * ROW
+N_FN, N_TRAMP, N_BLOCK = N_TASK, N_TASK + 1, N_TASK + 2
+N_WORDS = 6 * ROW
+COPY_BITS = 12                       # NEXT = gen << 24 | copies << 12 | next copy
+MAX_COPIES = (1 << COPY_BITS) - 1
+_MASK = MAX_COPIES
+
+if AVAILABLE:
+    _I64 = ir.IntType(64)
+
+    def _box_address(context, builder, aryty, ary, i):
+        return builder.ptrtoint(_word(context, builder, aryty, ary, i), _I64)
+
+    @intrinsic
+    def _call_copy(typingctx, tramp, fn, block, t, T):
+        """i32 tramp(fn, block, t, T): a trampoline of `codegen.native_call`, by address."""
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.IntType(32), [_I64, _I64, _I64, _I64])
+            return builder.call(builder.inttoptr(args[0], fnty.as_pointer()), list(args[1:]))
+        return types.int32(tramp, fn, block, t, T), codegen
+
+    def _futex(op: int):
+        @intrinsic
+        def futex(typingctx, ary, i, val):
+            """syscall(SYS_futex, &ary[i], op, val, NULL): FUTEX_WAIT_PRIVATE sleeps while the word's
+            low 32 bits equal `val` (little-endian); FUTEX_WAKE_PRIVATE wakes up to `val` sleepers."""
+            def codegen(context, builder, sig, args):
+                fnty = ir.FunctionType(_I64, [_I64], var_arg=True)
+                fn = cgutils.get_or_insert_function(builder.module, fnty, "syscall")
+                addr = _box_address(context, builder, sig.args[0], args[0], args[1])
+                val = builder.trunc(args[2], ir.IntType(32))
+                return builder.call(fn, [ir.Constant(_I64, 202), addr, ir.Constant(ir.IntType(32), op), val,
+                                         ir.Constant(_I64, 0)])
+            return types.int64(ary, types.intp, types.int64), codegen
+        return futex
+
+    _futex_wait = _futex(128)   # FUTEX_WAIT | FUTEX_PRIVATE_FLAG
+    _futex_wake = _futex(129)   # FUTEX_WAKE | FUTEX_PRIVATE_FLAG
+
+    @njit(nogil=True, cache=True)
+    def _add(box, i, d):
+        while True:
+            v = _load(box, i)
+            if _cas(box, i, v, v + d):
+                return v + d
+
+    @njit(nogil=True, cache=True)
+    def run_copies(box, gen):
+        """Claim and run copies of task `gen` until none is left unclaimed; each one counted in
+        N_FINISHED, a failing one's status kept in N_STATUS. The task's fields are read only after
+        a claim succeeded: until every copy finished, the caller does not post another."""
+        while True:
+            w = _load(box, N_NEXT)
+            copies, v = (w >> COPY_BITS) & _MASK, w & _MASK
+            if (w >> (2 * COPY_BITS)) != gen or v >= copies:
+                return
+            if _cas(box, N_NEXT, w, w + 1):
+                status = _call_copy(box[N_TRAMP], box[N_FN], box[N_BLOCK], v, copies)
+                if status != 0:
+                    _store(box, N_STATUS, status)
+                _add(box, N_FINISHED, 1)
+
+    @njit(nogil=True, cache=True)
+    def serve_copies(box, max_ticks):
+        """A pool thread's whole life: run the copies of each task posted, spin `max_ticks` for
+        the next, then sleep on the generation word (N_SLEEPERS counts the sleepers: announce,
+        then re-check, against the poster's store-then-load)."""
+        seen = _load(box, N_GEN)
+        while True:
+            if not spin_wait(box, N_GEN, seen, max_ticks):
+                _add(box, N_SLEEPERS, 1)
+                while _load(box, N_GEN) == seen:
+                    _futex_wait(box, N_GEN, seen)
+                _add(box, N_SLEEPERS, -1)
+            seen = _load(box, N_GEN)
+            run_copies(box, seen)
+
+    @njit(nogil=True, cache=True)
+    def post_copies(box, gen, copies, fn, tramp, block):
+        """Post task `gen` (the previous one has finished) and wake the sleepers."""
+        box[N_FN], box[N_TRAMP], box[N_BLOCK] = fn, tramp, block
+        _store(box, N_FINISHED, 0)
+        _store(box, N_STATUS, 0)
+        _store(box, N_NEXT, (gen << (2 * COPY_BITS)) | (copies << COPY_BITS))
+        _store(box, N_GEN, gen)
+        if _load(box, N_SLEEPERS) != 0:
+            _futex_wake(box, N_GEN, 1 << 30)
+
+    @njit(nogil=True, cache=True)
+    def post_and_run(box, gen, copies, fn, tramp, block):
+        """The caller's whole task `gen`, in one GIL release: post it (`post_copies`), run its
+        share of the copies, wait for the others' (spun, yielding the core between looks).
+        Returns the task's status (0: every copy ran without an exception)."""
+        post_copies(box, gen, copies, fn, tramp, block)
+        run_copies(box, gen)
+        while _load(box, N_FINISHED) != copies:
+            for _ in range(8):
+                _pause()
+            if _load(box, N_FINISHED) == copies:
+                break
+            _yield()
+        return _load(box, N_STATUS)
 
 
 _TICKS_PER_S: float | None = None

@@ -21,6 +21,7 @@ import os
 import platform
 import queue
 import threading
+import time
 from functools import lru_cache
 
 import numpy as np
@@ -291,12 +292,25 @@ class _NativePool:
         fpmode.flush_here()   # this thread only runs kernels: denormals flushed for good
         self.spin.serve_copies(self.box, self.window)
 
+    def _start(self, threads: int) -> None:
+        """Start pool threads up to `threads` and wait (at most 5 s) until each runs natively:
+        a thread still loading `serve_copies` needs the GIL, which a caller running kernel
+        after kernel rarely leaves it (measured: its first few hundred calls all ran on the
+        caller alone)."""
+        from numba import types
+        self.spin.serve_copies.compile((types.int64[::1], types.int64))   # loaded here, not in each thread
+        while self.threads < threads:
+            self.threads += 1
+            threading.Thread(target=self._serve, daemon=True, name=f"tensortune-native-{self.threads}").start()
+        deadline = time.monotonic() + 5.0
+        while self.spin.load(self.box, self.spin.N_READY) < self.threads and time.monotonic() < deadline:
+            time.sleep(0.0005)
+
     def run(self, entry, args: tuple, block_at: int, threads: int, copies: int) -> None:
         """Copies 0..copies-1 of `entry`'s kernel on `args` (`block_at`: the address of their
         packed words, kept alive by the caller)."""
-        while self.threads < threads - 1:
-            self.threads += 1
-            threading.Thread(target=self._serve, daemon=True, name=f"tensortune-native-{self.threads}").start()
+        if self.threads < threads - 1:
+            self._start(threads - 1)
         self.gen += 1
         if self.spin.post_and_run(self.box, self.gen, copies, entry.address, entry.trampoline, block_at) != 0:
             for t in range(copies):   # a copy raised: run them here, where the exception can be seen

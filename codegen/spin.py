@@ -129,6 +129,8 @@ if AVAILABLE:
 ROW = 8
 N_GEN, N_SLEEPERS, N_NEXT, N_FINISHED, N_STATUS, N_TASK = 0, ROW, 2 * ROW, 3 * ROW, 4 * ROW, 5 * ROW
 N_FN, N_TRAMP, N_BLOCK = N_TASK, N_TASK + 1, N_TASK + 2
+N_READY = N_STATUS + 1               # pool threads that entered `serve_copies`
+N_RAN = N_STATUS + 2                 # copies the pool threads ran (the caller's not counted)
 N_WORDS = 6 * ROW
 COPY_BITS = 12                       # NEXT = gen << 24 | copies << 12 | next copy
 MAX_COPIES = (1 << COPY_BITS) - 1
@@ -175,19 +177,22 @@ if AVAILABLE:
 
     @njit(nogil=True, cache=True)
     def run_copies(box, gen):
-        """Claim and run copies of task `gen` until none is left unclaimed; each one counted in
-        N_FINISHED, a failing one's status kept in N_STATUS. The task's fields are read only after
-        a claim succeeded: until every copy finished, the caller does not post another."""
+        """Claim and run copies of task `gen` until none is left unclaimed; returns how many ran
+        here. Each one is counted in N_FINISHED, a failing one's status kept in N_STATUS. The
+        task's fields are read only after a claim succeeded: until every copy finished, the
+        caller does not post another."""
+        ran = 0
         while True:
             w = _load(box, N_NEXT)
             copies, v = (w >> COPY_BITS) & _MASK, w & _MASK
             if (w >> (2 * COPY_BITS)) != gen or v >= copies:
-                return
+                return ran
             if _cas(box, N_NEXT, w, w + 1):
                 status = _call_copy(box[N_TRAMP], box[N_FN], box[N_BLOCK], v, copies)
                 if status != 0:
                     _store(box, N_STATUS, status)
                 _add(box, N_FINISHED, 1)
+                ran += 1
 
     @njit(nogil=True, cache=True)
     def serve_copies(box, max_ticks):
@@ -195,6 +200,7 @@ if AVAILABLE:
         the next, then sleep on the generation word (N_SLEEPERS counts the sleepers: announce,
         then re-check, against the poster's store-then-load)."""
         seen = _load(box, N_GEN)
+        _add(box, N_READY, 1)
         while True:
             if not spin_wait(box, N_GEN, seen, max_ticks):
                 _add(box, N_SLEEPERS, 1)
@@ -202,7 +208,9 @@ if AVAILABLE:
                     _futex_wait(box, N_GEN, seen)
                 _add(box, N_SLEEPERS, -1)
             seen = _load(box, N_GEN)
-            run_copies(box, seen)
+            ran = run_copies(box, seen)
+            if ran:
+                _add(box, N_RAN, ran)
 
     @njit(nogil=True, cache=True)
     def post_copies(box, gen, copies, fn, tramp, block):

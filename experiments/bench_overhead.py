@@ -11,7 +11,8 @@ Builds models with many tiny subgraphs (batch 1), loads them as a user does
 With `--baseline DIR` (a checkout of an older commit), each model's `call` is measured
 there too, in a subprocess run right after this process's rounds, for a before/after row.
 With `--handoff`: what handing a kernel to a second thread costs (`codegen.cpu.parallel_for`),
-wall µs per call, medians of interleaved rounds: a trivial nogil kernel at 1 and 2 threads,
+wall µs per call, medians of interleaved rounds: a trivial nogil kernel at 1 and 2 threads
+(on the Python threads' pool, on the native pool, and on the native pool as a plan calls it),
 dense N^3 kernels (parallel config) at 1 and 2 threads, and a 1-thread kernel run right
 after a 2-thread one (the pool still spinning) against one run after the spin ended.
 
@@ -142,14 +143,16 @@ def call_only(path: Path, x: np.ndarray, threads: int, number: int, repeat: int)
 
 
 def _trivial():
+    """A kernel that adds one to out[t]: compiled on demand (the Python threads' pool runs it)
+    and for one explicit signature (the native pool's threads call it by address)."""
     from numba import njit
 
-    @njit(nogil=True)
     def bump(out, t, T):
         out[t] += 1.0
     out = np.zeros(2)
-    bump(out, 0, 1)
-    return bump, out
+    lazy, native = njit(nogil=True)(bump), njit("void(float64[::1], int64, int64)", nogil=True)(bump)
+    lazy(out, 0, 1)
+    return lazy, native, out
 
 
 def dense_run(n: int, threads: int):
@@ -185,16 +188,19 @@ def interleaved(calls: dict, rounds: int, number: int) -> dict:
 def handoff(sizes: list[int], rounds: int) -> list[str]:
     """The `--handoff` rows (see the module docstring)."""
     from codegen import cpu
-    bump, out = _trivial()
+    lazy, native, out = _trivial()
+    spread = cpu._Spread(native, 2, 2)   # as a plan runs a step: the argument block kept
     rows = []
-    r = interleaved({"T=1": lambda: cpu.parallel_for(bump, (out,), 1),
-                     "T=2": lambda: cpu.parallel_for(bump, (out,), 2)}, rounds, 2000)
-    rows.append(f"trivial kernel: T=1 {r['T=1']:.2f} µs, T=2 {r['T=2']:.2f} µs per call")
+    r = interleaved({"T=1": lambda: cpu.parallel_for(native, (out,), 1),
+                     "T=2 Python pool": lambda: cpu.parallel_for(lazy, (out,), 2),
+                     "T=2 native pool": lambda: cpu.parallel_for(native, (out,), 2),
+                     "T=2 native, plan": lambda: spread(out)}, rounds, 2000)
+    rows.append("trivial kernel, µs per call: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()))
     saved, cpu.MIN_WORK_PER_THREAD = cpu.MIN_WORK_PER_THREAD, 1   # split every size, to see where it pays
     try:
         for n in sizes:
             one, two = dense_run(n, 1), dense_run(n, 2)
-            number = max(2, int(2e5 / n ** 2))
+            number = max(20, int(2e6 / n ** 2))   # blocks of ms: the pool thread wakes once a block, not once a call
             r = interleaved({"T=1": one, "T=2": two}, rounds, number)
             after, rested = [], []
             for _ in range(rounds):

@@ -122,9 +122,11 @@ def test_copies_run_on_the_pool_threads_at_once_also_after_they_slept():
     def calls():
         for _ in range(4):
             time.sleep(max(0.02, 10 * cpu.SPIN_S))
+            ran = cpu._native.box[spin.N_RAN] if cpu._native is not None else 0
             started, met = np.zeros(3, np.int64), np.zeros(3, np.int64)
             cpu.parallel_for(_meet, (started, met, max_ticks), 3, items=3)
             assert met.tolist() == [1, 1, 1]
+            assert cpu._native.box[spin.N_RAN] - ran == 2   # the pool threads' count of their copies
     _within(60, calls)
 
 

@@ -1,5 +1,7 @@
-"""Small model builders shared by foundation tests (onnx.helper, no torch)."""
+"""Small model builders shared by foundation tests (onnx.helper, no torch), and `within`."""
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import onnx
@@ -33,3 +35,20 @@ def dense_model(m, k, n, epilogue=("bias", "relu"), dynamic_batch=False, seed=0)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
+
+
+def within(seconds, fn, what="the call"):
+    """fn() on a daemon thread: a lost wake-up fails the test instead of hanging the run."""
+    failed = []
+
+    def run():
+        try:
+            fn()
+        except BaseException as e:
+            failed.append(e)
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(seconds)
+    assert not th.is_alive(), f"{what} hung for {seconds} s"
+    if failed:
+        raise failed[0]

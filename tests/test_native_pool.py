@@ -9,6 +9,7 @@ import pytest
 from numba import njit
 
 from codegen import cpu, native_call, spin
+from tests.helpers import within
 
 pytestmark = pytest.mark.skipif(not spin.AVAILABLE, reason="the native pool needs codegen.spin (x86-64 Linux)")
 
@@ -53,19 +54,7 @@ def _expected(x, k, shift, neg):
 
 
 def _within(seconds, fn):
-    failed = []
-
-    def run():
-        try:
-            fn()
-        except BaseException as e:
-            failed.append(e)
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    th.join(seconds)
-    assert not th.is_alive(), f"the native pool hung for {seconds} s"
-    if failed:
-        raise failed[0]
+    within(seconds, fn, "the native pool")
 
 
 def test_entry_only_for_one_explicit_signature_ending_in_t_and_T():

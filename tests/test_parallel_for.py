@@ -9,6 +9,7 @@ import pytest
 from numba import njit
 
 from codegen import cpu
+from tests.helpers import within
 
 
 @njit(nogil=True, cache=True)
@@ -20,20 +21,7 @@ def _scaled_rows(x, out, k, t, T):
 
 
 def _within(seconds, fn):
-    """fn() on a daemon thread: a lost wake-up fails the test instead of hanging the run."""
-    failed = []
-
-    def run():
-        try:
-            fn()
-        except BaseException as e:
-            failed.append(e)
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    th.join(seconds)
-    assert not th.is_alive(), f"parallel_for hung for {seconds} s"
-    if failed:
-        raise failed[0]
+    within(seconds, fn, "parallel_for")
 
 
 def _serial(x, k):

@@ -442,21 +442,22 @@ class _Spread:
     """A kernel run on T > 1 threads: `_Spread(fn, T, items)(*args)` is `parallel_for(fn, args, T,
     items)`; for the native pool the argument block of the last arguments is kept (a plan calls
     a step with the same tuple of the same buffers each time)."""
-    __slots__ = ("fn", "threads", "items", "entry", "copies", "_args", "_block", "_block_at")
+    __slots__ = ("fn", "threads", "items", "entry", "copies", "_packed")
 
     def __init__(self, fn, threads: int, items: int | None = None):
         self.fn, self.threads, self.items = fn, threads, items
         self.entry, self.copies = _native_entry(fn), _copies(threads, items)
-        self._args, self._block, self._block_at = None, None, 0
+        self._packed = None   # (args, their block, its address): one tuple, so that callers on two threads never mix them
 
     def __call__(self, *args) -> None:
         if self.entry is None:
             parallel_for(self.fn, args, self.threads, self.items)
             return
-        if not _same(args, self._args):
-            self._args, self._block = args, self.entry.pack(args)
-            self._block_at = self._block.ctypes.data
-        _run_native(self.entry, args, self._block_at, self.threads, self.copies)
+        packed = self._packed
+        if packed is None or not _same(args, packed[0]):
+            block = self.entry.pack(args)
+            self._packed = packed = (args, block, block.ctypes.data)
+        _run_native(self.entry, args, packed[2], self.threads, self.copies)
 
 
 class CpuBackend(Backend):

@@ -94,12 +94,12 @@ def test_the_plan_path_keeps_its_block_and_repacks_for_new_buffers():
     for k in range(200):
         spread(x, out, np.float32(k), 1, False)
         np.testing.assert_array_equal(out, _expected(x, k, 1, False))
-    kept = spread._block
+    kept = spread._packed[1]
     spread(x, out, np.float32(199), 1, False)
-    assert spread._block is kept                                 # the same arrays and scalars: not repacked
+    assert spread._packed[1] is kept                             # the same arrays and scalars: not repacked
     other = np.zeros((64, 3))
     spread(x, other, np.float32(2.0), 1, False)
-    assert spread._block is not kept
+    assert spread._packed[1] is not kept
     np.testing.assert_array_equal(other, _expected(x, 2.0, 1, False))
 
 
@@ -179,3 +179,25 @@ def test_forked_child_starts_its_own_pool():
     assert here.recv() == (True, 1)
     p.join(10)
     assert p.exitcode == 0
+
+
+def test_one_plan_step_called_from_two_threads_with_their_own_buffers():
+    """A `_Spread` keeps the block of its last arguments; two callers with different buffers
+    must each run on their own (the one that finds the pool taken runs its copies itself)."""
+    spread = cpu._Spread(_rows, 2, 32)
+    errors = []
+
+    def caller(seed):
+        x = np.random.default_rng(seed).standard_normal((32, 6)).astype(np.float32)
+        out = np.zeros((32, 6))
+        for k in range(400):
+            spread(x, out, np.float32(k), seed, False)
+            if not np.array_equal(out, _expected(x, k, seed, False)):
+                errors.append((seed, k))
+
+    threads = [threading.Thread(target=caller, args=(s,)) for s in (1, 2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not any(th.is_alive() for th in threads) and not errors

@@ -43,8 +43,9 @@ class NativeEntry:
             elif kind == "float":
                 words.append(int(np.array(a, np.float32 if n == 32 else np.float64)
                                  .view(np.int32 if n == 32 else np.int64)))
-            else:
-                words.append(int(a))
+            else:   # integers and booleans; an unsigned one past 2^63 keeps its bits
+                v = int(a)
+                words.append(v - (1 << 64) if v >= 1 << 63 else v)
         return np.array(words, np.int64)
 
 
@@ -52,7 +53,8 @@ def _kinds(argtypes) -> tuple | None:
     from numba import types
     kinds = []
     for ty in argtypes:
-        if isinstance(ty, types.Array) and isinstance(ty.dtype, (types.Integer, types.Float, types.Boolean)):
+        if (isinstance(ty, types.Array) and ty.ndim > 0
+                and isinstance(ty.dtype, (types.Integer, types.Float, types.Boolean))):
             kinds.append(("array", ty.ndim))
         elif isinstance(ty, types.Boolean):
             kinds.append(("bool", 8))

@@ -201,3 +201,18 @@ def test_one_plan_step_called_from_two_threads_with_their_own_buffers():
     for th in threads:
         th.join(60)
     assert not any(th.is_alive() for th in threads) and not errors
+
+
+@njit("void(uint64[::1], uint64, int8, float64, int64, int64)", nogil=True, cache=True)
+def _scalars(out, big, small, f, t, T):
+    for i in range(t, out.shape[0], T):
+        out[i] = big + np.uint64(i) + np.uint64(small + 128) + np.uint64(f)
+
+
+def test_scalars_of_every_width_reach_the_kernel_unchanged():
+    out, ref = np.zeros(16, np.uint64), np.zeros(16, np.uint64)
+    args = (np.uint64(2 ** 63 + 5), np.int8(-100), 7.75)
+    _scalars(ref, *args, 0, 1)
+    cpu.parallel_for(_scalars, (out, *args), 2, items=16)
+    np.testing.assert_array_equal(out, ref)
+    assert ref[0] == 2 ** 63 + 5 + 28 + 7

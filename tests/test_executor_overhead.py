@@ -163,6 +163,9 @@ def test_parallel_for_runs_every_copy_and_raises_a_workers_error():
         out[t] = t + 1
 
     out = np.zeros(3)
+    # the pool warmed first: in a process where nothing ran on it yet, a thread's first looks
+    # load numba's cached functions (mailbox atomics, FP mode) and outlasted copy 0's 50 ms
+    cpu.parallel_for(lambda t, T: None, (), 3)
     cpu.parallel_for(copy, (out,), 3)
     assert out.tolist() == [1, 2, 3] and sorted(t for t, _, _ in seen) == [0, 1, 2]
     assert {T for _, T, _ in seen} == {3} and len({i for _, _, i in seen}) == 3

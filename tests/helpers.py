@@ -52,3 +52,13 @@ def within(seconds, fn, what="the call"):
     assert not th.is_alive(), f"{what} hung for {seconds} s"
     if failed:
         raise failed[0]
+
+
+def all_finish(caller, seeds, seconds=60) -> bool:
+    """caller(seed) on one thread per seed, at once: whether every one finished in `seconds`."""
+    threads = [threading.Thread(target=caller, args=(s,)) for s in seeds]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(seconds)
+    return not any(th.is_alive() for th in threads)

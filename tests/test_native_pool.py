@@ -1,7 +1,6 @@
 """The native pool (`codegen.cpu._NativePool`, `codegen.spin.serve_copies`, `codegen.native_call`):
 kernels of one explicit signature ending in (t, T) run on threads that never return to Python."""
 import multiprocessing
-import threading
 import time
 
 import numpy as np
@@ -9,7 +8,7 @@ import pytest
 from numba import njit
 
 from codegen import cpu, native_call, spin
-from tests.helpers import within
+from tests.helpers import all_finish, within
 
 pytestmark = pytest.mark.skipif(not spin.AVAILABLE, reason="the native pool needs codegen.spin (x86-64 Linux)")
 
@@ -149,12 +148,7 @@ def test_concurrent_callers_get_their_own_results():
             if not np.array_equal(out, _expected(x, k, seed, False)):
                 errors.append((seed, k))
 
-    threads = [threading.Thread(target=caller, args=(s,)) for s in (10, 20)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(60)
-    assert not any(th.is_alive() for th in threads) and not errors
+    assert all_finish(caller, (10, 20)) and not errors
 
 
 def _child(conn):
@@ -195,12 +189,7 @@ def test_one_plan_step_called_from_two_threads_with_their_own_buffers():
             if not np.array_equal(out, _expected(x, k, seed, False)):
                 errors.append((seed, k))
 
-    threads = [threading.Thread(target=caller, args=(s,)) for s in (1, 2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(60)
-    assert not any(th.is_alive() for th in threads) and not errors
+    assert all_finish(caller, (1, 2)) and not errors
 
 
 @njit("void(uint64[::1], uint64, int8, float64, int64, int64)", nogil=True, cache=True)

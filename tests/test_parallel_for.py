@@ -9,7 +9,7 @@ import pytest
 from numba import njit
 
 from codegen import cpu
-from tests.helpers import within
+from tests.helpers import all_finish, within
 
 
 @njit(nogil=True, cache=True)
@@ -162,12 +162,7 @@ def test_concurrent_callers_get_their_own_results():
             if not np.array_equal(out, _serial(x, float(k + seed))):
                 errors.append((seed, k))
 
-    threads = [threading.Thread(target=caller, args=(s,)) for s in (10, 20)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(60)
-    assert not any(th.is_alive() for th in threads) and not errors
+    assert all_finish(caller, (10, 20)) and not errors
 
 
 def test_nested_call_from_a_copy_runs():

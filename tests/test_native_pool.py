@@ -205,3 +205,24 @@ def test_scalars_of_every_width_reach_the_kernel_unchanged():
     cpu.parallel_for(_scalars, (out, *args), 2, items=16)
     np.testing.assert_array_equal(out, ref)
     assert ref[0] == 2 ** 63 + 5 + 28 + 7
+
+
+def test_a_torch_exported_model_at_two_shapes_runs_its_split_kernels_on_the_pool(monkeypatch):
+    """MobileNetV3 as torch.onnx (dynamo) wrote it, dynamic batch and image size, every kernel
+    split over two threads: the same outputs as onnxruntime, and the pool threads ran copies."""
+    import onnxruntime as ort
+
+    import runtime
+    from ir.settings import Settings
+    from tests.real_models.cases import BY_NAME
+    monkeypatch.setattr(cpu, "MIN_WORK_PER_THREAD", 1)
+    path = str(__import__("pathlib").Path(__file__).parent / "real_models" / "mobilenetv3_dynamo.onnx")
+    model = runtime.load(path, settings=Settings(threads=2))
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    before = cpu._native.box[spin.N_RAN] if cpu._native is not None else 0
+    for seed in (0, 1):
+        feeds = BY_NAME["mobilenetv3_dynamo"].feeds(seed)
+        ours, ref = model.run(feeds), sess.run(None, feeds)
+        for o, r in zip(sess.get_outputs(), ref):
+            np.testing.assert_allclose(ours[o.name], r, rtol=1e-4, atol=1e-5)
+    assert cpu._native.box[spin.N_RAN] > before

@@ -207,3 +207,24 @@ def test_few_rows_take_the_gemv_tiles():
     for tile in set(VECTOR_IR_TILES) & set(space.knobs[0].options):
         with pytest.raises(ConfigError, match="vector IR only"):
             space.validate({**DENSE.default_config(workload(1, 40, 70)).to_json(), "regtile": tile, "tile_code": "slp"})
+
+
+def test_default_splits_a_transformer_sized_layer_over_threads():
+    """ViT-small's MLP layer (16 x 192 x 768, 5 M flops) by default runs on 2 threads where the
+    backend has them (the size rule decides, not a flop count of the template's own), on one
+    thread where it has one, and both match NumPy."""
+    from codegen import cpu
+    from codegen.backend import get_backend
+    from ir.settings import Settings
+    wl = workload(16, 192, 768)
+    cfg = DENSE.default_config(wl)
+    assert cfg["parallel"] is True
+    x, w, b = wl.random_inputs(0)
+    want = wl.reference([x, w, b])
+    for threads in (1, 2):
+        run = compile_kernel(DENSE, wl, cfg).bind([None, w, b], get_backend("cpu", Settings().with_(threads=threads)))
+        spreads = [r for r, _ in run.plan([None, w, b]).calls if isinstance(r, cpu._Spread)]
+        assert len(spreads) == (threads - 1) and all(s.threads == 2 for s in spreads)
+        y = np.empty(wl.output_shape, np.float32)
+        run([x, w, b], y)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)

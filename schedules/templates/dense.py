@@ -108,7 +108,6 @@ class DenseTemplate(Template):
     def default_config(self, wl: Workload, target=None) -> Config:
         space, shape = self.space(wl, target), vector_shape(target)
         kb = min(space.knobs[5].options, key=lambda v: abs(v - DEFAULT_KB.get(shape, 256)))
-        # threads pay off only when each gets real work (~1 ms of it): waking one costs ~20 us
         # BLIS's order: a B micro-panel (KB x NR, 16 KB at KB = 256) stays in L1 across up to
         # 32 row tiles of A (~100-200 KB: L2) before the next column tile; with M <= ~200
         # (transformer layers) one block holds all of A's rows, so B streams through once
@@ -116,9 +115,12 @@ class DenseTemplate(Template):
         m = _prod(_problem(wl)[0]["shape"][:-1])
         small = [t for rows, t in sorted(SMALL_M_TILES.get(shape, {}).items()) if m <= rows]
         tile = small[0] if small and DEFAULT_VECTOR_IR else pick_tiles(DEFAULT_TILE, *shape)
-        return space.validate({"regtile": tile, "order": "ji",
-                               "parallel": wl.flops() >= 50_000_000,
-                               "MB": 32, "NB": 4, "KB": kb, "tile_code": tile_codes(target)[1 if DEFAULT_VECTOR_IR else 0]})
+        # parallel: the backend's size rule (`codegen.cpu.threads_for`) decides how many threads
+        # a call gets, so a small kernel still runs on one (this was flops >= 5e7 while a pool
+        # thread took 20 us to wake: ViT-small's 5 M-flop MLP layers then never split).
+        return space.validate({"regtile": tile, "order": "ji", "parallel": True,
+                               "MB": 32, "NB": 4, "KB": kb,
+                               "tile_code": tile_codes(target)[1 if DEFAULT_VECTOR_IR else 0]})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         a, b = _problem(wl)

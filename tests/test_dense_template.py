@@ -211,14 +211,16 @@ def test_few_rows_take_the_gemv_tiles():
 
 def test_default_splits_a_transformer_sized_layer_over_threads():
     """ViT-small's MLP layer (16 x 192 x 768, 5 M flops) by default runs on 2 threads where the
-    backend has them (the size rule decides, not a flop count of the template's own), on one
-    thread where it has one, and both match NumPy."""
+    backend has them (the size rule decides, not a flop count of the template's own), in
+    blocks of one column tile, on one thread where it has one, and both match NumPy."""
     from codegen import cpu
     from codegen.backend import get_backend
     from ir.settings import Settings
     wl = workload(16, 192, 768)
     cfg = DENSE.default_config(wl)
     assert cfg["parallel"] is True
+    assert cfg["NB"] == 1 and DENSE.default_config(workload(512, 64, 256))["NB"] == 4   # blocks of one column tile
+    # where all rows fit one block, so the threads share N's 12 tiles; rows in several blocks: unchanged
     x, w, b = wl.random_inputs(0)
     want = wl.reference([x, w, b])
     for threads in (1, 2):

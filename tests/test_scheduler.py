@@ -68,9 +68,12 @@ def _spent(scheduler):
 
 
 def test_tuning_gives_the_heavier_task_more_trials():
-    """Replayed dense tasks; the one occurring 8 times gets most of the budget with
-    `gradient`, half with `round-robin`."""
+    """Replayed dense tasks; the one occurring 8 times gets most of the budget (at least two
+    thirds) with `gradient`, half with `round-robin`. How much more than two thirds follows the
+    replayed time of each task's default config (the recorded option nearest to the dense
+    template's default): a default 4x faster on the heavy task (blocks of one column tile,
+    2026-12-04) leaves it less to gain, and its share went from 144 to 112 of 160."""
     grad, rr = _spent("gradient"), _spent("round-robin")
     assert sum(grad) == sum(rr) == 160
     assert rr == [80, 80]
-    assert grad[0] > 3 * grad[1], grad
+    assert grad[0] > 2 * grad[1], grad

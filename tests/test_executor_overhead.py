@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -153,13 +152,17 @@ def test_tiny_kernels_run_on_one_thread():
 
 
 def test_parallel_for_runs_every_copy_and_raises_a_workers_error():
-    seen, lock = [], threading.Lock()
+    seen, lock, others_ran = [], threading.Lock(), threading.Event()
 
     def copy(out, t, T):
-        if t == 0:   # the pool threads start theirs meanwhile (the caller runs one they have not)
-            time.sleep(0.05)
+        if t == 0:   # the pool threads run theirs meanwhile (the caller runs one they have not):
+            # waited for, not slept on: a thread spinning on the other core (OpenBLAS's, ~100 ms
+            # after an earlier test's NumPy matmul) kept them off it for over 50 ms in one CI run
+            others_ran.wait(10.0)
         with lock:
             seen.append((t, T, threading.get_ident()))
+            if sum(1 for s in seen if s[0] != 0) == T - 1:
+                others_ran.set()
         out[t] = t + 1
 
     out = np.zeros(3)

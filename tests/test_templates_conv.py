@@ -57,9 +57,9 @@ def test_space_knobs_and_code_shapes():
     wl = conv_wl(1, 64, 56, 56, 64, epi=("relu",))
     space = CONV.space(wl)
     assert {k.name for k in space.knobs if k.code_shape} == {"algo", "vec", "regtile", "order", "tile_code"}
-    # compiles a tuner may need per geometry (AVX-512: + 2 wide vector-IR blocked tiles x 2 orders, < 1 s each;
-    # the direct vec='px' kernel's vector-IR tile: + 8 tiles x 2 orders)
-    assert len({space.code_key(c) for c in space}) <= 92
+    # compiles a tuner may need per geometry (AVX-512: + 3 wide vector-IR blocked tiles x 2 orders, < 1 s each;
+    # the direct vec='px' kernel's vector-IR tile: + 9 tiles x 2 orders)
+    assert len({space.code_key(c) for c in space}) <= 96
     with pytest.raises(ConfigError, match="tile_code='slp'"):
         space.validate({**CONV.default_config(wl).to_json(), "algo": "direct", "tile_code": space.knobs[-2].options[1]})
     with pytest.raises(ConfigError, match="vec='oc'"):
@@ -384,14 +384,35 @@ def test_default_tiles_follow_the_vector_shape(wl, avx2, avx512):
             assert cfg["tile_code"] == f"vec{target['vector_bits'] // 32}"
         if wl.output_shape[2] * wl.output_shape[3] < 32:   # fewer pixels than AVX-512's px tile computes
             assert cfg["vec"] == ("px" if target is AVX2 else "oc")
-    wide = {"12x32", "14x32"}
+    wide = {"12x32", "14x32", "4x64"}
     assert not wide & set(next(k for k in CONV.space(wl, AVX2).knobs if k.name == "regtile").options)
+
+
+@pytest.mark.parametrize("h, s, avx512", [
+    (2, 1, "4x64"),     # ResNet-18's layer 4 at a 64x64 image: 4 pixels, one tile of 4 (14x32 computes 14)
+    (4, 2, "4x64"),     # the strided conv into that 2x2 map
+    (4, 1, "8x32"),     # 16 pixels: two tiles of 8 (14x32 computes 28 in two tiles too)
+    (3, 1, "14x32"),    # 9 pixels: one tile of 14 streams the weights once (4x64: three times)
+    (8, 1, "14x32"),    # 64 pixels and more: the 28-accumulator tile
+    (1, 1, "4x64"),     # a 1x1 map (was the direct 4x16 kernel: as fast, measured)
+])
+def test_blocked_default_tile_fits_small_planes(h, s, avx512):
+    """On AVX-512 the untuned blocked tile follows the plane (`blocked_tile`): the fewest pixel
+    tiles (weight passes), then the fewest pixels computed; AVX2 keeps its one tile, and its
+    planes of under 16 pixels the direct kernel."""
+    wl = conv_wl(1, 64, h, h, 128, s=s, epi=("relu",))
+    cfg = CONV.default_config(wl, AVX512)
+    assert (cfg["algo"], cfg["vec"], cfg["regtile"], cfg["tile_code"]) == ("blocked", "oc", avx512, "vec16")
+    assert CONV.space(wl, AVX512).validate(cfg) == cfg
+    few = wl.output_shape[2] * wl.output_shape[3] < 16
+    assert CONV.default_config(wl, AVX2)["algo"] == ("direct" if few else "blocked")
 
 
 @pytest.mark.parametrize("geo, cin, cout, tile", [
     (dict(k=3, s=1, p=1), 29, 45, "14x32"),     # 14 pixels cross rows of 11; a partial OC tile
     (dict(k=3, s=2, p=1), 20, 70, "12x32"),     # stride 2: one call per phase plane
     (dict(k=1, s=2, p=0), 17, 33, "14x32"),
+    (dict(k=3, s=1, p=1), 21, 70, "4x64"),      # the few-pixel tile: a partial OC tile of 6 of 64
 ])
 def test_avx512_blocked_tiles_match_numpy(geo, cin, cout, tile):
     """The AVX-512 space's wide blocked tiles (vec16) on odd planes and channel counts (LLVM splits

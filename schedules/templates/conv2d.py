@@ -70,13 +70,22 @@ from schedules.templates.conv2d_depthwise import (DWB_ALL_TILES, conv_depthwise,
 REG_TILES = ("4x16", "6x16", "4x24", "8x16", "4x32", "8x32")
 # per vector shape ((lanes, registers): `schedules.microkernel.vector_shape`, `pick_tiles`): AVX-512's
 # 32 zmm registers hold up to 28 accumulators of the vector-IR blocked tile (NR a multiple of 16)
-# (only there: `_blocked_vectors_along_channels`; 6x48, 4x64 and 6x64 were no faster than 8x32, measured)
-REG_TILES_BY_SHAPE = {(8, 16): REG_TILES, (16, 32): REG_TILES + ("12x32", "14x32")}
+# (only there: `_blocked_vectors_along_channels`; 6x48 and 6x64 were no faster than 8x32, measured;
+# 4x64 is for planes of a few pixels: `blocked_tile`)
+REG_TILES_BY_SHAPE = {(8, 16): REG_TILES, (16, 32): REG_TILES + ("12x32", "14x32", "4x64")}
 # the untuned blocked conv's vector-IR tile per vector shape: AVX2 6x16 (12 ymm accumulators);
 # AVX-512 14x32 (28 zmm accumulators, 2 weight vectors + 14 broadcasts per 28 FMAs): 1.2-1.5x
 # faster than 6x16 (one zmm per pixel: broadcast-bound) on ResNet-18's 3x3 convs, 1.00-1.07x
 # faster than 8x32, 12x32, 6x48, 4x64, 6x64 (Zen 5, experiments/bench_conv.md, 2026-12-02)
 BLOCKED_TILE = {(8, 16): "6x16", (16, 32): "14x32"}
+# the untuned blocked tiles per vector shape where the plane decides (`blocked_tile`): a tile of
+# more pixels than the plane has computes pixels that are never stored, and each pixel tile
+# streams the weights once more. On ResNet-18's deep layers at a 64x64 image (Intel Xeon,
+# AVX-512, 1 thread, vs onnxruntime, 2026-12-04): 2x2 maps (512 channels) 4x64 0.85-0.91x where
+# 14x32 took 1.16-1.20x and the direct 4x16 default 1.23-1.38x; 4x4 maps 8x32 0.94-0.99x where
+# 14x32 took 1.28-1.41x; a 3x3 map kept 14x32 (one pixel tile: 0.98x, 4x64 1.10x); 8x8 and
+# larger within 5 % either way
+BLOCKED_PLANE_TILES = {(16, 32): ("14x32", "8x32", "4x64")}
 # the untuned tiles with vectors along the pixels (output channels x pixels, SLP): (1x1 stride-1
 # GEMM over the plane, packed im2col GEMMs of 1x1 / strided convs, direct stems). AVX2: 4x16, 6x16,
 # 4x16 (8-12 ymm accumulators); AVX-512: 8x32 (16 zmm), 1.2-1.7x faster than 4x16 / 6x16 on
@@ -105,6 +114,19 @@ def _geometry(wl: Workload):
     strides, dil, pads, outs, extra = _concrete_pads(node, list(x[2:]), list(w[2:]))
     return {"KH": w[2], "KW": w[3], "SH": strides[0], "SW": strides[1], "DH": dil[0], "DW": dil[1],
             "PT": pads[0], "PL": pads[1], "G": int(node.attrs.get("group", 1))}
+
+
+def blocked_tile(pixels: int, shape: tuple) -> str:
+    """The untuned blocked tile for a plane of `pixels` output pixels: of the vector shape's
+    plane tiles (`BLOCKED_PLANE_TILES`, else its one `BLOCKED_TILE`), the one of fewest pixel
+    tiles (weight passes), then of fewest pixels computed; ties to the first listed."""
+    tiles = BLOCKED_PLANE_TILES.get(shape)
+    if not tiles:
+        return pick_tiles(BLOCKED_TILE, *shape)
+    def cost(tile: str) -> tuple:
+        n = -(-pixels // _tile_dims(tile)[0])
+        return n, n * _tile_dims(tile)[0]
+    return min(tiles, key=cost)
 
 
 def _epilogue(wl: Workload) -> Epilogue | None:
@@ -194,11 +216,13 @@ class Conv2dTemplate(Template):
         geo = _geometry(wl)
         P = oh * ow
         base = {"order": "oc_px", "parallel": par, "OCB": 1, "PB": 4, "tile_code": "slp"}
-        if P < 16:   # a few pixels (squeeze-excite convs, 1x1 maps): vectors along the channels
-            return self.space(wl).validate({**base, "algo": "direct", "vec": "oc", "regtile": "4x16", "PB": 1})
         one = geo["KH"] * geo["KW"] == 1
         cg = int(wl.inputs[1]["shape"][1])
         shape = vector_shape(target)
+        blocked = not one and cg >= 16
+        if P < 16 and not (blocked and DEFAULT_VECTOR_IR and shape in BLOCKED_PLANE_TILES):
+            # a few pixels (squeeze-excite convs, 1x1 maps): vectors along the channels
+            return self.space(wl).validate({**base, "algo": "direct", "vec": "oc", "regtile": "4x16", "PB": 1})
         px_tiles = pick_tiles(PX_TILES, *shape)
         px_code = tile_codes(target)[1] if DEFAULT_VECTOR_IR else "slp"
         if _single_pixel_windows(geo, wl.inputs[0]["shape"][2:], (oh, ow)) and \
@@ -220,13 +244,13 @@ class Conv2dTemplate(Template):
             return self.space(wl, target).validate({**base, "algo": "direct", "vec": "px", "order": "px_oc", "OCB": 4,
                                                     "regtile": PX_DEEP_TILE[shape] if deep else px_tiles[0],
                                                     "tile_code": px_code})
-        if not one and cg >= 16:
+        if blocked:
             # many input channels: 8-channel blocks, 12 (AVX2) or 28 (AVX-512) accumulators along the output channels;
             # pixel tiles cross rows, so tiny maps (7x7, 14x14) fill them too. The vector-IR tile
             # (one call per tile, the accumulators in registers over the whole reduction): per
             # work item one weight panel x 16 pixel tiles (the panel reused from L1/L2); the SLP
             # tile: 4 pixel tiles x 4 panels, pixels outside (experiments/bench_conv.md)
-            tile = pick_tiles(BLOCKED_TILE, *shape) if DEFAULT_VECTOR_IR else "6x16"
+            tile = blocked_tile(P, shape) if DEFAULT_VECTOR_IR else "6x16"
             blocks = {"order": "oc_px", "OCB": 1, "PB": 16} if DEFAULT_VECTOR_IR else \
                 {"order": "px_oc", "OCB": 4, "PB": 4}
             return self.space(wl, target).validate({**base, "algo": "blocked", "vec": "oc", "regtile": tile, **blocks,

@@ -236,8 +236,8 @@ class BoundKernel:
         if a.broadcast is not None:
             x = np.broadcast_to(x, a.broadcast)
         x = self.backend.asarray(x, dtype if dtype is not None else self._dtype(a))
-        if not x.flags.writeable:   # numba signatures take no read-only arrays
-            x = x.copy()
+        if not getattr(x.flags, "writeable", True):   # numba signatures take no read-only arrays
+            x = x.copy()                              # (a CUDA device array's flags: a dict, no such key)
         return x if a.shape is None or x.shape == a.shape else x.reshape(a.shape)
 
     def _dtype(self, a: In):

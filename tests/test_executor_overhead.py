@@ -64,10 +64,12 @@ def test_every_step_is_a_kernel_and_inner_steps_are_planned_whole(model_and_refe
     model, _, _ = model_and_reference
     prog = next(iter(model._programs.values()))
     assert all(s.kernel is not None for s in prog.steps), [s.kind for s in prog.steps]
-    # the first step reads the feed and the last writes the graph output: filled per call;
-    # every step between runs on arena buffers only, its calls fixed when the program was built
-    assert prog.steps[0].fixed is None and prog.steps[-1].fixed is None
-    assert len(prog.steps) >= 3 and all(s.fixed is not None for s in prog.steps[1:-1])
+    # the first step reads the feed: filled per call; every other step runs on the program's
+    # buffers only (the arena, and the last one's own buffer for the graph output, copied out
+    # per call), its calls fixed when the program was built
+    assert prog.steps[0].fixed is None
+    assert len(prog.steps) >= 3 and all(s.fixed is not None for s in prog.steps[1:])
+    assert len(prog.owned) == 1
 
 
 def test_results_match_numpy_and_stay_identical(model_and_reference):
@@ -83,7 +85,7 @@ def test_results_match_numpy_and_stay_identical(model_and_reference):
     assert np.array_equal(kept, firsts[0])   # a later call never overwrote an output handed out
 
 
-def test_a_call_allocates_only_the_output_and_builds_no_plan(model_and_reference, monkeypatch):
+def test_a_call_allocates_nothing_through_the_backend_and_builds_no_plan(model_and_reference, monkeypatch):
     model, _, _ = model_and_reference
     x = np.ones((1, WIDTH), np.float32)
     model(x)
@@ -98,8 +100,10 @@ def test_a_call_allocates_only_the_output_and_builds_no_plan(model_and_reference
     monkeypatch.setattr(type(model), "_build", lambda *a: builds.append(a) or real_build(*a))
     for _ in range(3):
         model(x)
-    assert len(empties) == 3 and all(tuple(e[0]) == (1, WIDTH) for e in empties)   # the graph output
-    assert len(asarrays) == 3            # the feed, once per call; buffers of the arena never
+    outs = [model(x) for _ in range(2)]
+    assert empties == []                 # the graph output is written to the program's buffer, then copied
+    assert not np.shares_memory(outs[0], outs[1]) and np.array_equal(outs[0], outs[1])
+    assert len(asarrays) == 5            # the feed, once per call; buffers of the arena never
     assert plans == [] and builds == []
 
 

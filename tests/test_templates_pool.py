@@ -11,13 +11,15 @@ POOL = get_template("pool")
 
 
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("algo", ["window", "separable"])
 @pytest.mark.parametrize("attrs,owtile,unroll", [
     ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, 8, True),             # ResNet's
     ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, 8, False),            # its default
     ({"kernel_shape": [2, 3], "strides": [2, 1], "pads": [0, 1, 1, 0], "ceil_mode": 1,
       "dilations": [1, 2], "count_include_pad": 1}, 1, False),
+    ({"kernel_shape": [3, 2], "strides": [1, 3], "dilations": [2, 1], "ceil_mode": 1}, 4, False),   # no pads
 ])
-def test_windows_match_numpy(op, attrs, owtile, unroll):
+def test_windows_match_numpy(op, algo, attrs, owtile, unroll):
     if op == "MaxPool":
         attrs = {k: v for k, v in attrs.items() if k != "count_include_pad"}
     else:
@@ -25,6 +27,42 @@ def test_windows_match_numpy(op, attrs, owtile, unroll):
     for shape in [(1, 3, 11, 9), (2, 1, 5, 6)]:
         wl = make_wl([(op, ["i0"], attrs)], [(shape, "float32", False)])
         assert POOL.matches(wl)
-        cfg = POOL.space(wl).validate({**POOL.default_config(wl).to_json(), "owtile": owtile, "unroll": unroll,
+        cfg = POOL.space(wl).validate({**POOL.default_config(wl).to_json(), "algo": algo, "owtile": owtile, "unroll": unroll,
                                        "PB": 1 if shape[0] == 2 else 4})
         check(POOL, wl, cfg)
+
+
+def test_default_is_separable_only_for_stride_1_windows_of_9_or_more():
+    """The default follows the measurements: overlapping stride-1 windows (YOLO's SPPF 5x5/1,
+    3x3/1) reduce rows first; ResNet's 3x3/2 and 2x2 windows keep the window loops."""
+    def algo(attrs, op="MaxPool"):
+        wl = make_wl([(op, ["i0"], attrs)], [((1, 4, 12, 12), "float32", False)])
+        return POOL.default_config(wl)["algo"]
+    assert algo({"kernel_shape": [5, 5], "strides": [1, 1], "pads": [2] * 4}) == "separable"
+    assert algo({"kernel_shape": [3, 3], "pads": [1] * 4}, "AveragePool") == "separable"
+    assert algo({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}) == "window"
+    assert algo({"kernel_shape": [2, 2], "strides": [1, 1]}) == "window"
+
+
+def test_sppf_block_through_runtime_matches_onnxruntime():
+    """A YOLO SPPF block (three chained MaxPool 5x5/1 pad 2 and a Concat), loaded by the
+    runtime with default configs (separable pools), against onnxruntime."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    import runtime
+    nodes = [helper.make_node("MaxPool", [a], [b], kernel_shape=[5, 5], strides=[1, 1], pads=[2] * 4)
+             for a, b in (("x", "p1"), ("p1", "p2"), ("p2", "p3"))]
+    nodes.append(helper.make_node("Concat", ["x", "p1", "p2", "p3"], ["y"], axis=1))
+    g = helper.make_graph(nodes, "sppf", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, 13, 13])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 32, 13, 13])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(0).standard_normal((2, 8, 13, 13)).astype(np.float32)
+    cm = runtime.load(model, dims={"batch": (1, 4)})
+    got = cm(x)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(np.asarray(got), want)
+    steps = [s for s in cm.program({"batch": 2}).steps if s.kernel is not None]
+    assert [s.kernel.kernel.config["algo"] for s in steps if s.kernel.kernel.template == "pool"] == ["separable"] * 3

@@ -5,9 +5,13 @@ Each plane is first written padded into a workspace (-inf for max, 0 for
 average; ceil_mode's extra tail included) by the thread that pools it, so the
 window loops carry no bounds checks (unpadded windows read the input itself);
 an average divides by a per-output-pixel count, a table built while lowering.
-Knobs: `owtile` (code) — output pixels of a row computed together in scalar
-accumulators (SLP-vectorizable; guarded tail); `unroll` (code) — the window
-loops written out; planes per work item and threading are run-time.
+Knobs: `algo` (code) — "window": each output pixel reduces its KH x KW window;
+"separable": per output row, the KH input rows reduced into a row buffer first
+(contiguous, vectorized along the row), then KW strided reads of that row per
+output pixel (max and sum are both separable); `owtile` (code) — output pixels
+of a row computed together in scalar accumulators (SLP-vectorizable; guarded
+tail); `unroll` (code) — the window loops written out; planes per work item and
+threading are run-time.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import numpy as np
 from ir.ops.nn import _concrete_pads, _windows
 from ir.workload import Workload
 from schedules.launch import Buffer, Call, In, Launch, Out, Scalar, Table, Work
-from schedules.loopnest import UNROLLED, Assign, For, Function, If, LoopModule, Param
+from schedules.loopnest import UNROLLED, Alloc, Assign, For, Function, If, LoopModule, Param
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
@@ -31,7 +35,8 @@ def _geo(wl: Workload):
 
 class PoolTemplate(Template):
     name = "pool"
-    version = 2   # v2: the default's window loops are loops (unroll=False)
+    version = 2   # v2: the default's window loops are loops (unroll=False); the `algo` knob came later
+                  # with `before="window"`: a config recorded without it builds the code it built then
 
     def matches(self, wl: Workload) -> bool:
         if len(wl.ops) != 1 or wl.ops[0]["op"] not in ("MaxPool", "AveragePool") or len(wl.ops[0]["in"]) != 1:
@@ -45,6 +50,7 @@ class PoolTemplate(Template):
 
     def space(self, wl: Workload) -> ConfigSpace:
         return ConfigSpace([
+            Knob("algo", ("window", "separable"), before="window"),
             Knob("owtile", (1, 4, 8)),
             Knob("unroll", (True, False)),
             Knob("parallel", (True, False), code_shape=False),
@@ -52,10 +58,18 @@ class PoolTemplate(Template):
         ])
 
     def default_config(self, wl: Workload) -> Config:
-        """8 pixels of a row at once, the window loops kept: ResNet-18's MaxPool 3x3/2 ran as fast
-        as unrolled (min 0.37-0.40 vs 0.41 ms, 1 thread) and compiled in 0.55 CPU s, not 1.0
+        """Separable for stride-1 windows of 9 or more pixels, where a row's windows share most of
+        their columns: MaxPool 5x5/1 (YOLO's SPPF) 1.4-1.7x faster than the window loops,
+        AveragePool 3x3/1 1.8x, MaxPool 3x3/1 even; strided windows share few, and ResNet-18's
+        MaxPool 3x3/2 ran 0.71x as fast separable on 64 ch @ 32 (even @ 112) (1 thread,
+        Emerald Rapids, 2026-12-06, experiments/bench_pool.md). Otherwise 8 pixels of a row at
+        once, the window loops kept: ResNet-18's MaxPool 3x3/2 ran as fast as unrolled (min
+        0.37-0.40 vs 0.41 ms, 1 thread) and compiled in 0.55 CPU s, not 1.0
         (experiments/bench_compile.md, 2026-12-02)."""
-        return self.space(wl).validate({"owtile": 8, "unroll": False, "parallel": True, "PB": 4})
+        node, strides, _, _, _, _ = _geo(wl)
+        kh, kw = node.attrs["kernel_shape"]
+        algo = "separable" if tuple(strides) == (1, 1) and kh * kw >= 9 else "window"
+        return self.space(wl).validate({"algo": algo, "owtile": 8, "unroll": False, "parallel": True, "PB": 4})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         node, (SH, SW), (DH, DW), pads, outs, extra = _geo(wl)
@@ -81,13 +95,15 @@ class PoolTemplate(Template):
 
         row = (For("owt", "0", f"OW // {tile}", block(tile, f"owt * {tile}")),) + (
             (For("ow", f"(OW // {tile}) * {tile}", "OW", block(1, "ow")),) if tile > 1 else ())
+        if cfg["algo"] == "separable":
+            row = _separable_row(is_max, (KH, KW), (SH, SW), (DH, DW), tile, unroll)
         N, C, H, W = wl.inputs[0]["shape"]
         (OH, OW), P = outs, N * C
         hp = max(H + pads[0] + pads[2] + extra[0], (OH - 1) * SH + (KH - 1) * DH + 1)
         wp = max(W + pads[1] + pads[3] + extra[1], (OW - 1) * SW + (KW - 1) * DW + 1)
         padded = (hp, wp) != (H, W)   # else the windows stay inside the input: read it as it is
         pad = _pad_plane(pads[0], pads[1], is_max) if padded else ()
-        body = (
+        body = ((Alloc("vr", ("xp.shape[2]",)),) if cfg["algo"] == "separable" else ()) + (
             For("blk", "t", "(P + PB - 1) // PB", step="T", body=(
                 For("pl", "blk * PB", "min(P, blk * PB + PB)", pad + (For("oh", "0", "OH", row),)),
             )),
@@ -97,7 +113,8 @@ class PoolTemplate(Template):
             Param("P", "int64"), Param("H", "int64"), Param("W", "int64"), Param("OH", "int64"), Param("OW", "int64"),
             Param("PB", "int64"), Param("t", "int64"), Param("T", "int64"))
         module = LoopModule((Function("pool", params, body),),
-                            doc=f"pool kernel: {node.op} {KH}x{KW} stride {SH}x{SW} owtile={tile} unroll={unroll}",
+                            doc=f"pool kernel: {node.op} {KH}x{KW} stride {SH}x{SW} algo={cfg['algo']} owtile={tile} "
+                                f"unroll={unroll}",
                             meta={"template": f"pool v{self.version}"})
         x = In(0, (P, H, W), "float32")
         tables = {"inv": np.ones((1, 1), np.float32) if is_max else _inverse_counts(node, (H, W), (KH, KW))}
@@ -106,6 +123,36 @@ class PoolTemplate(Template):
             items=-(-P // cfg["PB"]), parallel=cfg["parallel"])
         work = (Buffer("xp", (P, hp, wp)),) if padded else ()
         return Lowered(module, Launch((step,), workspaces=work, tables=tables))
+
+
+def _separable_row(is_max: bool, kernel: tuple, strides: tuple, dil: tuple, tile: int, unroll: bool) -> tuple:
+    """Output row `oh` of plane `pl` in two passes: the KH input rows of its windows reduced
+    element by element into the thread's row buffer `vr` (contiguous: vectorized along the
+    row, KH - 1 ops a column where the windows of a row share their columns), then per output
+    pixel KW reads of `vr`, `tile` pixels at a time. Per output pixel of a 3x3/2 window:
+    (KH - 1) x SW + KW - 1 = 6 ops, half of them in vectors, against KH x KW - 1 = 8 scalar."""
+    (KH, KW), (SH, SW), (DH, DW) = kernel, strides, dil
+    kind = UNROLLED if unroll else "serial"
+    red = (lambda a, b: f"max({a}, {b})") if is_max else (lambda a, b: f"{a} + {b}")
+    first = "xp[pl, oh * %d, iw]" % SH
+    rows = (For("iw", "0", "xp.shape[2]", (
+        Assign("v", first),
+        *(Assign("v", red("v", f"xp[pl, oh * {SH} + {kh * DH}, iw]")) for kh in range(1, KH)),
+        Assign("vr[iw]", "v"),
+    )),)
+
+    def block(n: int, ow0: str) -> tuple:
+        init = tuple(Assign(f"a{r}", f"vr[({ow0} + {r}) * {SW}]") for r in range(n))
+        loop = (For("kw", "1", str(KW), tuple(
+            Assign(f"a{r}", red(f"a{r}", f"vr[({ow0} + {r}) * {SW} + kw * {DW}]")) for r in range(n)), kind),) \
+            if KW > 1 else ()
+        store = tuple(Assign(f"out[pl, oh, {ow0} + {r}]", f"a{r}" if is_max else f"a{r} * inv[oh, {ow0} + {r}]")
+                      for r in range(n))
+        return init + loop + store
+
+    cols = (For("owt", "0", f"OW // {tile}", block(tile, f"owt * {tile}")),) + (
+        (For("ow", f"(OW // {tile}) * {tile}", "OW", block(1, "ow")),) if tile > 1 else ())
+    return rows + cols
 
 
 def _inverse_counts(node, hw, kernel) -> np.ndarray:

@@ -1,5 +1,5 @@
 """MaxPool / AveragePool layers: the pool template's `window` and `separable` code side by side
-with onnxruntime, 1 thread, CPU time of the calling thread, interleaved rounds, medians.
+with onnxruntime, 1 thread, CPU time of the calling thread, interleaved rounds (`bench_conv.timeit`), medians.
 
     python experiments/bench_pool.py [--rounds 7]
 
@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]
 
 import numpy as np  # noqa: E402
 
+from bench_conv import timeit  # noqa: E402
 from codegen import compile_kernel  # noqa: E402
 from codegen.backend import get_backend  # noqa: E402
 from ir.settings import Settings, use  # noqa: E402
@@ -72,11 +73,7 @@ def main(argv=None) -> int:
         times = {n: [] for n in fns}
         for _ in range(args.rounds):
             for n, f in fns.items():
-                f()
-                for _ in range(20):
-                    t0 = time.thread_time()
-                    f()
-                    times[n].append(time.thread_time() - t0)
+                times[n] += timeit(f, repeat=3, clock=time.thread_time)
         med = {n: statistics.median(v) * 1e6 for n, v in times.items()}
         print(f"| {op} {k}x{k}/{s} {c} ch @{h} ({default['algo']}) | " + " | ".join(f"{med[n]:.1f}" for n in names)
               + f" | {med['separable'] / med['window']:.2f} | {med['default'] / med['onnxruntime']:.2f} |", flush=True)

@@ -77,26 +77,21 @@ class PoolTemplate(Template):
         is_max = node.op == "MaxPool"
         tile, unroll = cfg["owtile"], cfg["unroll"]
 
-        def window(r: int):
-            upd = (Assign(f"a{r}", f"max(a{r}, xp[pl, ih, iw + {r * SW}])") if is_max
-                   else Assign(f"a{r}", f"xp[pl, ih, iw + {r * SW}]", "+"))
-            return upd
+        kind = UNROLLED if unroll else "serial"
 
         def block(n: int, ow0: str) -> tuple:
-            kind = UNROLLED if unroll else "serial"
             init = tuple(Assign(f"a{r}", "np.float32(-np.inf)" if is_max else "np.float32(0.0)") for r in range(n))
             loops = (For("kh", "0", str(KH), (
                 Assign("ih", f"oh * {SH} + kh * {DH}"),
-                For("kw", "0", str(KW), (Assign("iw", f"({ow0}) * {SW} + kw * {DW}"),) + tuple(window(r) for r in range(n)), kind),
+                For("kw", "0", str(KW), (Assign("iw", f"({ow0}) * {SW} + kw * {DW}"),) + tuple(
+                    Assign(f"a{r}", _reduce(is_max, f"a{r}", f"xp[pl, ih, iw + {r * SW}]")) for r in range(n)), kind),
             ), kind),)
-            store = tuple(Assign(f"out[pl, oh, {ow0} + {r}]", f"a{r}" if is_max else f"a{r} * inv[oh, {ow0} + {r}]")
-                          for r in range(n))
-            return init + loops + store
+            return init + loops + _store(is_max, n, ow0)
 
-        row = (For("owt", "0", f"OW // {tile}", block(tile, f"owt * {tile}")),) + (
-            (For("ow", f"(OW // {tile}) * {tile}", "OW", block(1, "ow")),) if tile > 1 else ())
         if cfg["algo"] == "separable":
-            row = _separable_row(is_max, (KH, KW), (SH, SW), (DH, DW), tile, unroll)
+            row = _separable_row(is_max, (KH, KW), (SH, SW), (DH, DW), tile, kind)
+        else:
+            row = _row_tiles(block, tile)
         N, C, H, W = wl.inputs[0]["shape"]
         (OH, OW), P = outs, N * C
         hp = max(H + pads[0] + pads[2] + extra[0], (OH - 1) * SH + (KH - 1) * DH + 1)
@@ -125,34 +120,44 @@ class PoolTemplate(Template):
         return Lowered(module, Launch((step,), workspaces=work, tables=tables))
 
 
-def _separable_row(is_max: bool, kernel: tuple, strides: tuple, dil: tuple, tile: int, unroll: bool) -> tuple:
+def _reduce(is_max: bool, acc: str, value: str) -> str:
+    return f"max({acc}, {value})" if is_max else f"{acc} + {value}"
+
+
+def _store(is_max: bool, n: int, ow0: str) -> tuple:
+    """Accumulators a0 .. a{n-1} into output pixels ow0 .. ow0 + n - 1 of row `oh` (an average
+    times its window's inverse count)."""
+    return tuple(Assign(f"out[pl, oh, {ow0} + {r}]", f"a{r}" if is_max else f"a{r} * inv[oh, {ow0} + {r}]")
+                 for r in range(n))
+
+
+def _row_tiles(block, tile: int) -> tuple:
+    """An output row as tiles of `tile` pixels, `block(n, ow0)` each, then its last pixels one by one."""
+    return (For("owt", "0", f"OW // {tile}", block(tile, f"owt * {tile}")),) + (
+        (For("ow", f"(OW // {tile}) * {tile}", "OW", block(1, "ow")),) if tile > 1 else ())
+
+
+def _separable_row(is_max: bool, kernel: tuple, strides: tuple, dil: tuple, tile: int, kind: str) -> tuple:
     """Output row `oh` of plane `pl` in two passes: the KH input rows of its windows reduced
     element by element into the thread's row buffer `vr` (contiguous: vectorized along the
     row, KH - 1 ops a column where the windows of a row share their columns), then per output
     pixel KW reads of `vr`, `tile` pixels at a time. Per output pixel of a 3x3/2 window:
     (KH - 1) x SW + KW - 1 = 6 ops, half of them in vectors, against KH x KW - 1 = 8 scalar."""
     (KH, KW), (SH, SW), (DH, DW) = kernel, strides, dil
-    kind = UNROLLED if unroll else "serial"
-    red = (lambda a, b: f"max({a}, {b})") if is_max else (lambda a, b: f"{a} + {b}")
-    first = "xp[pl, oh * %d, iw]" % SH
     rows = (For("iw", "0", "xp.shape[2]", (
-        Assign("v", first),
-        *(Assign("v", red("v", f"xp[pl, oh * {SH} + {kh * DH}, iw]")) for kh in range(1, KH)),
+        Assign("v", f"xp[pl, oh * {SH}, iw]"),
+        *(Assign("v", _reduce(is_max, "v", f"xp[pl, oh * {SH} + {kh * DH}, iw]")) for kh in range(1, KH)),
         Assign("vr[iw]", "v"),
     )),)
 
     def block(n: int, ow0: str) -> tuple:
         init = tuple(Assign(f"a{r}", f"vr[({ow0} + {r}) * {SW}]") for r in range(n))
         loop = (For("kw", "1", str(KW), tuple(
-            Assign(f"a{r}", red(f"a{r}", f"vr[({ow0} + {r}) * {SW} + kw * {DW}]")) for r in range(n)), kind),) \
-            if KW > 1 else ()
-        store = tuple(Assign(f"out[pl, oh, {ow0} + {r}]", f"a{r}" if is_max else f"a{r} * inv[oh, {ow0} + {r}]")
-                      for r in range(n))
-        return init + loop + store
+            Assign(f"a{r}", _reduce(is_max, f"a{r}", f"vr[({ow0} + {r}) * {SW} + kw * {DW}]")) for r in range(n)),
+            kind),) if KW > 1 else ()
+        return init + loop + _store(is_max, n, ow0)
 
-    cols = (For("owt", "0", f"OW // {tile}", block(tile, f"owt * {tile}")),) + (
-        (For("ow", f"(OW // {tile}) * {tile}", "OW", block(1, "ow")),) if tile > 1 else ())
-    return rows + cols
+    return rows + _row_tiles(block, tile)
 
 
 def _inverse_counts(node, hw, kernel) -> np.ndarray:

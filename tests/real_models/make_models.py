@@ -224,9 +224,10 @@ def mobilenetv3(exporter: str):
 
 
 def detector(exporter: str):
-    """YOLOv8/FPN-style: Conv-BN-SiLU backbone with C2f blocks (Split + Concat), a top-down
-    neck upsampling by Resize (nearest, and bilinear in one branch), decoupled heads with
-    Sigmoid class scores, anchors of all levels concatenated."""
+    """YOLOv8/FPN-style: Conv-BN-SiLU backbone with C2f blocks (Split + Concat) and an SPPF
+    block (three chained MaxPool 5x5/1), a top-down neck upsampling by Resize (nearest, and
+    bilinear in one branch), decoupled heads with Sigmoid class scores, anchors of all levels
+    concatenated."""
     torch = _torch()
     nn = torch.nn
     F = torch.nn.functional
@@ -245,6 +246,18 @@ def detector(exporter: str):
             a, b = self.cv1(x).split((self.c, self.c), 1)
             return self.cv2(torch.cat([a, b, self.m(b)], 1))
 
+    class SPPF(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.cv1, self.cv2 = conv(c, c // 2, 1), conv(2 * c, c, 1)
+            self.m = nn.MaxPool2d(5, 1, 2)
+
+        def forward(self, x):
+            y = [self.cv1(x)]
+            for _ in range(3):
+                y.append(self.m(y[-1]))
+            return self.cv2(torch.cat(y, 1))
+
     class Net(nn.Module):
         def __init__(self, nc=4):
             super().__init__()
@@ -252,7 +265,7 @@ def detector(exporter: str):
             self.stem = conv(3, 8, 3, 2)                                      # /2
             self.s3 = nn.Sequential(conv(8, 16, 3, 2), C2f(16, 16))           # /4
             self.s4 = nn.Sequential(conv(16, 24, 3, 2), C2f(24, 24))          # /8
-            self.s5 = nn.Sequential(conv(24, 32, 3, 2), C2f(32, 32))          # /16
+            self.s5 = nn.Sequential(conv(24, 32, 3, 2), C2f(32, 32), SPPF(32))  # /16
             self.up = nn.Upsample(scale_factor=2, mode="nearest")
             self.n4, self.n3 = C2f(32 + 24, 24), C2f(24 + 16, 16)
             self.heads = nn.ModuleList(nn.Conv2d(c, 4 + nc, 1) for c in (16, 24, 32))

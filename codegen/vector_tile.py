@@ -44,7 +44,8 @@ from numba.core.extending import intrinsic
 
 # in the import line generated sources carry (codegen.source), so that a change of the IR
 # below changes their text, hence their cache key (numba's cache does not track this file)
-VERSION = 4   # v2: the nest form (n_k a tuple of outer loops); v3: its column-major C tile; v4: regroup_channels
+VERSION = 5   # v2: the nest form (n_k a tuple of outer loops); v3: its column-major C tile; v4: regroup_channels;
+#             v5: its stride S and masked tail
 
 _F32 = ir.FloatType()
 _I64 = ir.IntType(64)
@@ -168,40 +169,81 @@ def tile_fma(typingctx, A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k, C,
 
 
 @intrinsic(prefer_literal=True)
-def regroup_channels(typingctx, X, x_offset, plane, Y, y_offset, n, CB):
-    """Y[y_offset + p * CB + c] = X[x_offset + c * plane + p] for c < CB and p < n rounded down
-    to a multiple of CB: CB channel rows of contiguous pixels into pixel-major blocks of CB
-    channels (NCHW into NCHWc). Per CB pixels, CB vector loads (one per channel), one CB x CB
-    transpose in registers (`_transpose`) and CB vector stores; written as a scalar loop, LLVM
-    vectorized it with scatters, ~1 cycle an element on Zen 4 (most of a strided depthwise
-    conv's time). Returns how many pixels it moved; the caller copies the rest. CB (a power
-    of two: the lanes) is an integer literal; nothing is bounds-checked."""
-    cb = _literal_int(CB, "CB")
+def regroup_channels(typingctx, X, x_offset, plane, Y, y_offset, n, CB, S):
+    """Y[y_offset + p * CB + c] = X[x_offset + c * plane + p * S] for c < CB and p < n: CB
+    channel rows of pixels S apart into pixel-major blocks of CB channels (NCHW into NCHWc;
+    S > 1 picks one phase of a strided conv's columns). Per CB pixels, CB vector loads of
+    CB * S elements (one per channel; S > 1 then keeps every S-th lane), one CB x CB transpose
+    in registers (`_transpose`) and CB vector stores; the last n % CB pixels the same with
+    masked loads (only the elements they read) and a store per pixel. Written as a scalar loop,
+    LLVM vectorized it with scatters, ~1 cycle an element on Zen 4 (most of a strided depthwise
+    conv's time). Each of the first n - n % CB pixels must have its S elements in X (the load
+    reads them all). Returns n (callers keep a loop for pixels it did not move: none). CB (a
+    power of two: the lanes) and S are integer literals; nothing is bounds-checked."""
+    cb, st = _literal_int(CB, "CB"), _literal_int(S, "S")
     if cb < 2 or cb & (cb - 1):
         raise TypingError(f"regroup_channels: CB={cb} is not a power of two")
+    if st < 1:
+        raise TypingError(f"regroup_channels: S={st} is not a positive stride")
     for name, arr in (("X", X), ("Y", Y)):
         if not isinstance(arr, types.Array) or arr.dtype != types.float32:
             raise TypingError(f"regroup_channels: {name} must be a float32 array, got {arr}")
     for name, t in (("x_offset", x_offset), ("plane", plane), ("y_offset", y_offset), ("n", n)):
         if not isinstance(t, types.Integer):
             raise TypingError(f"regroup_channels: {name} must be an integer, got {t}")
-    sig = types.int64(X, x_offset, plane, Y, y_offset, n, CB)
+    sig = types.int64(X, x_offset, plane, Y, y_offset, n, CB, S)
 
     def codegen(context, builder, sig, args):
         xo, pl, yo, count = (context.cast(builder, args[i], sig.args[i], types.int64) for i in (1, 2, 4, 5))
         x_data = context.make_array(sig.args[0])(context, builder, args[0]).data
         y_data = context.make_array(sig.args[3])(context, builder, args[3]).data
-        vty = ir.VectorType(_F32, cb)
+        vty, wide = ir.VectorType(_F32, cb), ir.VectorType(_F32, cb * st)
+        pick = ir.Constant(ir.VectorType(ir.IntType(32), cb), [j * st for j in range(cb)])
         step = ir.Constant(_I64, cb)
         full = builder.mul(builder.sdiv(count, step), step)
         x_rows = [builder.gep(x_data, [builder.add(xo, builder.mul(pl, ir.Constant(_I64, c)))]) for c in range(cb)]
         y_base = builder.gep(y_data, [yo])
+
+        def row_at(row, p):
+            if st == 1:
+                return builder.load(builder.bitcast(builder.gep(row, [p]), vty.as_pointer()), align=4)
+            at = builder.gep(row, [builder.mul(p, ir.Constant(_I64, st))])
+            v = builder.load(builder.bitcast(at, wide.as_pointer()), align=4)
+            return builder.shuffle_vector(v, ir.Constant(wide, ir.Undefined), pick)
+
         with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), full, step, _I64) as (p, _):
-            rows = [builder.load(builder.bitcast(builder.gep(row, [p]), vty.as_pointer()), align=4) for row in x_rows]
+            rows = [row_at(row, p) for row in x_rows]
             for q, col in enumerate(_transpose(builder, rows, cb)):
                 at = builder.gep(y_base, [builder.mul(builder.add(p, ir.Constant(_I64, q)), step)])
                 builder.store(col, builder.bitcast(at, vty.as_pointer()), align=4)
-        return full
+        # the last count % CB pixels: masked loads of the elements they read, one transpose, a
+        # store per pixel (a plane of 4x4 or 2x2 pixels is nothing but this tail)
+        rest = builder.sub(count, full)
+        with builder.if_then(builder.icmp_signed(">", rest, ir.Constant(_I64, 0))):
+            i32 = ir.IntType(32)
+            mty = ir.VectorType(ir.IntType(1), cb * st)
+            mload = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(wide, [wide.as_pointer(), i32, mty, wide]),
+                f"llvm.masked.load.v{cb * st}f32.p0")
+            lanes_read = builder.add(builder.mul(builder.sub(rest, ir.Constant(_I64, 1)), ir.Constant(_I64, st)),
+                                     ir.Constant(_I64, 1))
+            ity = ir.VectorType(_I64, cb * st)
+            bound = builder.shuffle_vector(builder.insert_element(ir.Constant(ity, ir.Undefined), lanes_read,
+                                                                  ir.Constant(i32, 0)),
+                                           ir.Constant(ity, ir.Undefined), ir.Constant(ir.VectorType(i32, cb * st),
+                                                                                       [0] * (cb * st)))
+            mask = builder.icmp_signed("<", ir.Constant(ity, list(range(cb * st))), bound)
+            zero = ir.Constant(wide, [0.0] * (cb * st))
+            rows = []
+            for row in x_rows:
+                at = builder.bitcast(builder.gep(row, [builder.mul(full, ir.Constant(_I64, st))]), wide.as_pointer())
+                v = builder.call(mload, [at, ir.Constant(i32, 4), mask, zero])
+                rows.append(v if st == 1 else builder.shuffle_vector(v, ir.Constant(wide, ir.Undefined), pick))
+            for q, col in enumerate(_transpose(builder, rows, cb)[:cb - 1]):
+                with builder.if_then(builder.icmp_signed("<", ir.Constant(_I64, q), rest)):
+                    at = builder.gep(y_base, [builder.mul(builder.add(full, ir.Constant(_I64, q)), step)])
+                    builder.store(col, builder.bitcast(at, vty.as_pointer()), align=4)
+        return count
 
     return sig, codegen
 

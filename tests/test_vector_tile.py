@@ -244,24 +244,25 @@ def test_cost_model_features_see_the_vector_tile_as_they_see_the_scalar_one():
     assert rows["vec8"][:3] == rows["slp"][:3] == [pytest.approx(np.log2(96)), 22.0, pytest.approx(96 / 22)]
 
 
-@pytest.mark.parametrize("cb", [8, 16])
-def test_regroup_channels_matches_numpy_and_leaves_the_rest(backend, cb):
+@pytest.mark.parametrize("cb,stride", [(8, 1), (16, 1), (8, 2), (16, 2), (8, 3)])
+def test_regroup_channels_matches_numpy_and_leaves_the_rest(backend, cb, stride):
     """`regroup_channels`: CB channel rows of a flat NCHW plane (from an offset, a plane
-    stride) into pixel-major CB-channel blocks; it moves n rounded down to CB pixels, returns
-    that count and writes nothing past them."""
+    stride; every `stride`-th pixel: a strided conv's phase) into pixel-major CB-channel
+    blocks; it moves all n pixels (a partial last group of CB included, fewer than CB pixels
+    too), returns n and writes nothing past them."""
     from schedules.loopnest import Assign
     params = (Param("X", "float32[::1]"), Param("Y", "float32[::1]"), Param("R", "int64[::1]"),
               Param("xo", "int64"), Param("plane", "int64"), Param("yo", "int64"), Param("n", "int64"))
-    body = (Assign("R[0]", f"regroup_channels(X, xo, plane, Y, yo, n, {cb})"),)
+    body = (Assign("R[0]", f"regroup_channels(X, xo, plane, Y, yo, n, {cb}, {stride})"),)
     fn = backend.load(backend.compile(LoopModule((Function("regroup", params, body),))))["regroup"]
-    rng = np.random.default_rng(cb)
-    plane = 53
-    X = rng.standard_normal(cb * plane + 9).astype(np.float32)
-    for xo, yo, n in ((0, 0, 53), (7, 5, 2 * cb), (2, 3, cb - 1)):
+    rng = np.random.default_rng(cb * stride)
+    plane = 53 * stride
+    X = rng.standard_normal(cb * plane + 9 * stride).astype(np.float32)
+    for xo, yo, n in ((0, 0, 53), (7, 5, 2 * cb), (2, 3, cb - 1), (1, 0, 1)):
         Y, R = np.full(yo + n * cb + 4, -7.0, np.float32), np.zeros(1, np.int64)
         fn(X, Y, R, xo, plane, yo, n)
-        done = n - n % cb
+        done = n
         assert R[0] == done
-        want = X[xo + np.arange(cb)[None, :] * plane + np.arange(done)[:, None]]   # [pixel, channel]
+        want = X[xo + np.arange(cb)[None, :] * plane + stride * np.arange(done)[:, None]]   # [pixel, channel]
         np.testing.assert_array_equal(Y[yo:yo + done * cb].reshape(done, cb), want)
         assert (Y[:yo] == -7).all() and (Y[yo + done * cb:] == -7).all()

@@ -12,6 +12,7 @@ from schedules import get_template
 from schedules.microkernel import tile_codes
 from schedules.space import ConfigError
 from schedules.epilogue import parse_epilogue
+from schedules.templates.conv2d import blocked_tile
 from schedules.templates.conv2d_blocked import pixel_run, residual_split
 from tests.template_cases import check, conv_wl, make_wl, precompile
 
@@ -406,6 +407,22 @@ def test_blocked_default_tile_fits_small_planes(h, s, avx512):
     assert CONV.space(wl, AVX512).validate(cfg) == cfg
     few = wl.output_shape[2] * wl.output_shape[3] < 16
     assert CONV.default_config(wl, AVX2)["algo"] == ("direct" if few else "blocked")
+
+
+@pytest.mark.parametrize("h, cin, blocked", [(4, 256, True), (8, 128, True), (16, 64, False), (8, 32, False)])
+def test_strided_1x1_onto_small_planes_defaults_to_blocked_on_avx512(h, cin, blocked):
+    """A strided 1x1 conv onto at most 16 pixels from >= 64 channels (ResNet's downsamples on
+    small maps) runs the blocked kernel by default on AVX-512 (its pad does the subsample), with
+    the plane's tile; larger planes and fewer channels keep the direct GEMM; AVX2 is unchanged.
+    The default computes what NumPy does."""
+    wl = conv_wl(1, cin, h, h, 2 * cin, k=1, s=2, p=0, epi=("res", "relu"))
+    cfg = CONV.default_config(wl, AVX512)
+    assert (cfg["algo"] == "blocked") == blocked
+    if blocked:
+        assert (cfg["vec"], cfg["tile_code"]) == ("oc", "vec16")
+        assert cfg["regtile"] == blocked_tile(wl.output_shape[2] * wl.output_shape[3], (16, 32))
+        check(CONV, wl, cfg)
+    assert CONV.default_config(wl, AVX2)["algo"] != "blocked"
 
 
 @pytest.mark.parametrize("geo, cin, cout, tile", [

@@ -496,6 +496,17 @@ def test_dw_blocked_avx512_channel_blocks_match_numpy(wl, tile):
     check(CONV, wl, cfg)
 
 
+@pytest.mark.parametrize("h, avx512", [(48, "4x16"), (24, "4x16"), (14, "4x8"), (12, "4x8")])
+def test_depthwise_rows_take_16_pixel_vectors_on_avx512(h, avx512):
+    """Stride-1 depthwise convs on rows of >= 24 pixels run the 4x16 tile by default on AVX-512
+    (one zmm per row), narrower rows and AVX2 the 4x8; the default computes what NumPy does."""
+    wl = depthwise_wl(1, 24, h, h, k=3, s=1, p=1, epi=("clip",))
+    cfg = CONV.default_config(wl, AVX512)
+    assert (cfg["algo"], cfg["regtile"]) == ("depthwise", avx512)
+    assert CONV.default_config(wl, AVX2)["regtile"] == "4x8"
+    check(CONV, wl, cfg)
+
+
 def test_dw_blocked_tiles_follow_the_vector_shape():
     """AVX2's `dw_blocked` tiles and defaults are 8-channel blocks as before; 16-channel tiles are in
     AVX-512's space only, its default on rows of 7 pixels of whole 16-channel blocks."""

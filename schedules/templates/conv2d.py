@@ -205,7 +205,10 @@ class Conv2dTemplate(Template):
                 # into channel blocks; the plane's copy into a zero-bordered buffer is a row
                 # copy): 1.25-1.6x faster than dw_blocked on MobileNetV2's 48, 24 and 12 pixel
                 # rows, even on 16x16 and 8x8 5x5 (experiments/profile_untuned.md, 2026-12-02)
-                return self.space(wl).validate({"algo": "depthwise", "regtile": "4x8", "parallel": par, "PB": 1})
+                # AVX-512: rows of >= 24 pixels take 16-pixel vectors (4x16), 1.1-1.4x faster than 4x8 on
+                # MobileNetV2's 32@48, 32@112, 144@56, 192@28; on 14-pixel rows 0.8x (Emerald Rapids, 2026-12-06)
+                tile = "4x16" if vector_shape(target)[0] >= 16 and ow >= 24 else "4x8"
+                return self.space(wl).validate({"algo": "depthwise", "regtile": tile, "parallel": par, "PB": 1})
             # else vectors along 8-channel blocks: strided convs (a phase split copy of the
             # plane costs as much as the regroup) and tiny maps (7x7 and less waste most of a
             # row's vector), 1.0-3.1x faster than vectors along a plane's pixels there

@@ -178,7 +178,7 @@ def regroup_channels(typingctx, X, x_offset, plane, Y, y_offset, n, CB, S):
     masked loads (only the elements they read) and a store per pixel. Written as a scalar loop,
     LLVM vectorized it with scatters, ~1 cycle an element on Zen 4 (most of a strided depthwise
     conv's time). Each of the first n - n % CB pixels must have its S elements in X (the load
-    reads them all). Returns n (callers keep a loop for pixels it did not move: none). CB (a
+    reads them all). Returns n. CB (a
     power of two: the lanes) and S are integer literals; nothing is bounds-checked."""
     cb, st = _literal_int(CB, "CB"), _literal_int(S, "S")
     if cb < 2 or cb & (cb - 1):

@@ -110,6 +110,16 @@ def timeit(fn, min_time=0.01, repeat=5, clock=time.perf_counter) -> list:
     return times
 
 
+def interleaved(fns: dict, rounds: int, clock=time.thread_time) -> dict:
+    """{name: seconds per call of each batch}: `fns` timed in `rounds` interleaved rounds of 3
+    batches each (`timeit`), so a change of the machine's load hits them all alike."""
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name] += timeit(fn, repeat=3, clock=clock)
+    return times
+
+
 def clock_for(threads: int):
     """One thread: the calling thread's CPU time (both our kernel and onnxruntime with
     intra_op_num_threads=1 run on the calling thread), which leaves out the time other processes
@@ -277,11 +287,7 @@ def before_after_times(conv, wl, old, new, backend, geometry: tuple, threads: in
     sess = ort_session(c, h, oc, k, s, p, g, arrays[1], arrays[2], threads)
     fns = {"before": lambda: runs["before"](arrays, y), "after": lambda: runs["after"](arrays, y),
            "ort": lambda: sess.run(None, {"x": arrays[0]})}
-    times = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            times[name] += timeit(fn, repeat=3, clock=clock)
-    return times
+    return interleaved(fns, rounds, clock)
 
 
 def depthwise_before_after(out: Path, rounds: int):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +22,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]
 
 import numpy as np  # noqa: E402
 
-from bench_conv import ort_session, timeit  # noqa: E402
+from bench_conv import interleaved, ort_session  # noqa: E402
 from codegen import compile_kernel  # noqa: E402
 from codegen.backend import get_backend  # noqa: E402
 from ir.settings import Settings, use  # noqa: E402
@@ -85,11 +84,7 @@ def main(argv=None) -> int:
             fns[name] = (lambda run: lambda: run(arrays, y))(run)
         sess = ort_session(c, h, c, k, s, k // 2, c, arrays[1], arrays[2], 1)
         fns["ORT"] = lambda: sess.run(None, {"x": arrays[0]})
-        times = {name: [] for name in fns}
-        for _ in range(args.rounds):
-            for name, fn in fns.items():
-                times[name] += timeit(fn, repeat=3, clock=time.thread_time)
-        med = {name: statistics.median(v) * 1e3 for name, v in times.items()}
+        med = {name: statistics.median(v) * 1e3 for name, v in interleaved(fns, args.rounds).items()}
         cols = [f"{net} dw {c} {k}x{k}/{s} @{h}"] + [f"{med[n]:.3f}" for n in names + ["default"]] + [f"{med['ORT']:.3f}"] \
             + [f"{med['ORT'] / med[n]:.2f}x" for n in names + ["default"]]
         print("| " + " | ".join(cols) + " |", flush=True)

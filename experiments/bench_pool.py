@@ -1,5 +1,5 @@
 """MaxPool / AveragePool layers: the pool template's `window` and `separable` code side by side
-with onnxruntime, 1 thread, CPU time of the calling thread, interleaved rounds (`bench_conv.timeit`), medians.
+with onnxruntime, 1 thread, CPU time of the calling thread, interleaved rounds (`bench_conv.interleaved`), medians.
 
     python experiments/bench_pool.py [--rounds 7]
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,7 +18,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]
 
 import numpy as np  # noqa: E402
 
-from bench_conv import timeit  # noqa: E402
+from bench_conv import interleaved  # noqa: E402
 from codegen import compile_kernel  # noqa: E402
 from codegen.backend import get_backend  # noqa: E402
 from ir.settings import Settings, use  # noqa: E402
@@ -70,11 +69,7 @@ def main(argv=None) -> int:
             fns[name] = (lambda run: lambda: run(a, y))(run)
         sess = ort_pool(op, attrs, (1, c, h, h))
         fns["onnxruntime"] = lambda: sess.run(None, {"x": a[0]})
-        times = {n: [] for n in fns}
-        for _ in range(args.rounds):
-            for n, f in fns.items():
-                times[n] += timeit(f, repeat=3, clock=time.thread_time)
-        med = {n: statistics.median(v) * 1e6 for n, v in times.items()}
+        med = {n: statistics.median(v) * 1e6 for n, v in interleaved(fns, args.rounds).items()}
         print(f"| {op} {k}x{k}/{s} {c} ch @{h} ({default['algo']}) | " + " | ".join(f"{med[n]:.1f}" for n in names)
               + f" | {med['separable'] / med['window']:.2f} | {med['default'] / med['onnxruntime']:.2f} |", flush=True)
     return 0

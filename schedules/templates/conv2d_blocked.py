@@ -95,16 +95,15 @@ def pad_blocked(s: int, cb: int) -> Function:
     dst = f"xb[np.uint64(r0 + (j0 + jj) * {cb} + ci)]"
     zeros = lambda lo, hi: For("j", lo, hi, (Assign("xb[np.uint64(r0 + j)]", F0),))   # noqa: E731
     # a full block's row: CB x CB transposes in registers (`regroup_channels`) over the pixels whose
-    # S columns lie in the row, the rest a scalar loop. Rows are offsets into the block's plane, not
-    # views: with a view per row (an NRT incref and decref each) and the scalar loop the pad took
-    # 10 of ResNet-18's 127 us 64->64 3x3 @16 (Emerald Rapids)
+    # S columns lie in the row (strided: the rest, a pixel or so, a scalar loop). Rows are offsets
+    # into the block's plane, not views: with a view per row (an NRT incref and decref each) and the
+    # scalar loop the pad took 10 of ResNet-18's 127 us 64->64 3x3 @16 (Emerald Rapids)
     fits = "j1 - j0" if s == 1 else f"min(j1 - j0, (W - x0) // {s})"
     full = (
         Assign("x0", f"j0 * {s} + ph - PL"),
         Assign("jd", f"regroup_channels(X, ((n * C + g * Cg + cbk * {cb}) * H + h) * W + x0, H * W, Xc, "
                      f"(n * NB + gb) * PLN + r0 + j0 * {cb}, {fits}, {cb}, {s})"),
-        For("jj", "jd", "j1 - j0", (For("ci", "0", str(cb), (Assign(dst, src),)),)),
-    )
+    ) + ((For("jj", "jd", "j1 - j0", (For("ci", "0", str(cb), (Assign(dst, src),)),)),) if s > 1 else ())
     row = (
         Assign("j0", f"min(WQ, max(0, (PL - ph + {s - 1}) // {s}))"),
         Assign("j1", f"max(j0, min(WQ, (W + PL - ph + {s - 1}) // {s}))"),

@@ -87,13 +87,8 @@ def fill_band(cb: int, geo: dict) -> tuple:
     sliced into a view (each view costs an NRT incref and decref: with 8 per row the pad step
     took 2 cycles an element, measured); a full block's row is one `regroup_channels` call
     (CB x CB transposes in registers: as a scalar loop, which LLVM vectorized with scatters,
-    MobileNetV2's 96-channel 3x3/2 dw @48 took 0.073 ms on Zen 4), its last pixels a loop with
-    the CB channels unrolled."""
-    full = (Assign("jd", f"regroup_channels(xn, sb, H * W, xb, db, j1 - j0, {cb}, 1)"),) + tuple(
-        Assign(f"s{ci}", f"sb + np.uint64({ci} * H * W)") for ci in range(cb)) + (
-        For("jj", "jd", "j1 - j0", (Assign("uj", "np.uint64(jj)"), Assign("dj", f"db + np.uint64(jj * {cb})")) + tuple(
-            Assign(f"xb[dj + u{ci}]", f"xn[s{ci} + uj]") for ci in range(cb))),
-    )
+    MobileNetV2's 96-channel 3x3/2 dw @48 took 0.073 ms on Zen 4), its last pixels included (masked)."""
+    full = (Assign("jd", f"regroup_channels(xn, sb, H * W, xb, db, j1 - j0, {cb}, 1)"),)
     partial = (For("ci", "0", str(cb), (
         Assign("c", f"cbk * {cb} + ci"), Assign("uc", "np.uint64(ci)"),
         If("c < C", (Assign("sc", "sb + np.uint64(ci * H * W)"),

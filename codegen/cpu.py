@@ -1,7 +1,7 @@
 """The `cpu` backend: loop modules rendered to Python, compiled by numba.
 
 Kernels are serial `nogil` numba functions; `call` runs copies of one on
-threads, copy t of T handling work items t, t+T, ... (`parallel_for`): generated kernels
+threads, copy t of T handling its share of the work items (`parallel_for`): generated kernels
 through the native pool, whose threads call them by address and never run Python
 (`codegen.native_call`), other callables through a pool of Python threads. Numba's
 `parallel=True` would compile each candidate about 3x slower (measured: 5 s ->

@@ -128,11 +128,11 @@ if AVAILABLE:
 # the native pool's mailbox: int64 words, the fields that different threads write on separate lines
 ROW = 8
 N_GEN, N_SLEEPERS, N_NEXT, N_FINISHED, N_STATUS, N_TASK = 0, ROW, 2 * ROW, 3 * ROW, 4 * ROW, 5 * ROW
-N_FN, N_TRAMP, N_BLOCK = N_TASK, N_TASK + 1, N_TASK + 2
+N_FN, N_TRAMP, N_BLOCK, N_COPIES = N_TASK, N_TASK + 1, N_TASK + 2, N_TASK + 3
 N_READY = N_STATUS + 1               # pool threads that entered `serve_copies`
 N_RAN = N_STATUS + 2                 # copies the pool threads ran (the caller's not counted)
 N_WORDS = 6 * ROW
-COPY_BITS = 12                       # NEXT = gen << 24 | copies << 12 | next copy
+COPY_BITS = 12                       # NEXT = gen << 24 | end << 12 | start: the copies not yet claimed
 MAX_COPIES = (1 << COPY_BITS) - 1
 _MASK = MAX_COPIES
 
@@ -176,19 +176,27 @@ if AVAILABLE:
                 return v + d
 
     @njit(nogil=True, cache=True)
-    def run_copies(box, gen):
+    def run_copies(box, gen, from_end):
         """Claim and run copies of task `gen` until none is left unclaimed; returns how many ran
-        here. Each one is counted in N_FINISHED, a failing one's status kept in N_STATUS. The
-        task's fields are read only after a claim succeeded: until every copy finished, the
-        caller does not post another."""
+        here. The caller claims from the first copy up, pool threads (`from_end`) from the last
+        down: on threads of equal speed each runs the same copies call after call, so the lines
+        a copy writes stay in its core's cache (claimed in turns, a 1x1 conv's output moved
+        between the cores on every call: 2 threads ran it no faster than one). Each one is
+        counted in N_FINISHED, a failing one's status kept in N_STATUS. The task's fields are
+        read only after a claim succeeded: until every copy finished, the caller does not post
+        another."""
         ran = 0
         while True:
             w = _load(box, N_NEXT)
-            copies, v = (w >> COPY_BITS) & _MASK, w & _MASK
-            if (w >> (2 * COPY_BITS)) != gen or v >= copies:
+            end, start = (w >> COPY_BITS) & _MASK, w & _MASK
+            if (w >> (2 * COPY_BITS)) != gen or start >= end:
                 return ran
-            if _cas(box, N_NEXT, w, w + 1):
-                status = _call_copy(box[N_TRAMP], box[N_FN], box[N_BLOCK], v, copies)
+            if from_end:
+                v, claimed = end - 1, w - (1 << COPY_BITS)
+            else:
+                v, claimed = start, w + 1
+            if _cas(box, N_NEXT, w, claimed):
+                status = _call_copy(box[N_TRAMP], box[N_FN], box[N_BLOCK], v, box[N_COPIES])
                 if status != 0:
                     _store(box, N_STATUS, status)
                 _add(box, N_FINISHED, 1)
@@ -208,14 +216,14 @@ if AVAILABLE:
                     _futex_wait(box, N_GEN, seen)
                 _add(box, N_SLEEPERS, -1)
             seen = _load(box, N_GEN)
-            ran = run_copies(box, seen)
+            ran = run_copies(box, seen, True)
             if ran:
                 _add(box, N_RAN, ran)
 
     @njit(nogil=True, cache=True)
     def post_copies(box, gen, copies, fn, tramp, block):
         """Post task `gen` (the previous one has finished) and wake the sleepers."""
-        box[N_FN], box[N_TRAMP], box[N_BLOCK] = fn, tramp, block
+        box[N_FN], box[N_TRAMP], box[N_BLOCK], box[N_COPIES] = fn, tramp, block, copies
         _store(box, N_FINISHED, 0)
         _store(box, N_STATUS, 0)
         _store(box, N_NEXT, (gen << (2 * COPY_BITS)) | (copies << COPY_BITS))
@@ -229,7 +237,7 @@ if AVAILABLE:
         share of the copies, wait for the others' (spun, yielding the core between looks).
         Returns the task's status (0: every copy ran without an exception)."""
         post_copies(box, gen, copies, fn, tramp, block)
-        run_copies(box, gen)
+        run_copies(box, gen, False)
         while _load(box, N_FINISHED) != copies:
             for _ in range(8):
                 _pause()

@@ -8,9 +8,9 @@ and the executor interpret the description (`codegen.kernel.BoundKernel`):
   write the `packed` buffers (packed weights). Their result is shared by the
   programs of every shape, so packed buffers must not depend on dynamic dims.
 - `steps` run on every call, in order. A `Call` runs one function of the loop
-  module over `items` work items: on the CPU, T threads each run a copy that
-  strides over items t, t+T, ... (the function's last two parameters are t and
-  T); `parallel=False` runs one copy. A `Library` step calls a routine the
+  module over `items` work items: on the CPU, T threads run copies, copy t of T
+  taking its contiguous share of the items (`loopnest.thread_share`; the function's
+  last two parameters are t and T); `parallel=False` runs one copy. A `Library` step calls a routine the
   backend provides by name (BLAS matmul, as TVM's extern calls). `Repeat` runs
   its body once per value of a loop variable (`Var` arguments read it).
 - `workspaces` are scratch buffers live only during this kernel's steps: the

@@ -9,7 +9,7 @@ them where that reads better than writing the final nest by hand:
   needed when the inner loop is then unrolled: unrolled loops have constant bounds).
 - `reorder(stmts, outer, inner)`: swap two perfectly nested loops.
 - `fuse(stmts, outer, inner, fused)`: two perfectly nested loops from 0 -> one loop.
-- `parallel(stmts, var, mode)`: thread-strided (`t, t+T, ...`: copies run by
+- `parallel(stmts, var, mode)`: copy t of T takes its contiguous share (copies run by
   the cpu backend's `parallel_for`) or `prange`.
 - `unroll(stmts, var)`: codegen repeats the body with the variable replaced by constants.
 - `cache_write(stmts, var, target, acc)`: accumulate `target` in a local scalar
@@ -130,14 +130,16 @@ def fuse(stmts, outer: str, inner: str, fused: str | None = None) -> tuple:
 
 
 def parallel(stmts, var: str, mode: str = "threads", t: str = "t", T: str = "T") -> tuple:
-    """mode="threads": iterations t, t+T, ... (the function takes t and T; the backend runs its copies);
+    """mode="threads": copy t of T runs its contiguous share of the iterations (the function
+    takes t and T; the backend runs its copies; see `loopnest.thread_share`);
     mode="prange": numba's prange (outermost loop of a parallel=True function)."""
     def rewrite(loop: For):
         if mode == "prange":
             return (replace(loop, kind=PARALLEL),)
         if loop.step != "1":
             raise ScheduleError(f"parallel '{var}': only unit-step loops")
-        return (replace(loop, start=f"{loop.start} + {t}", step=T),)
+        n = f"(({loop.stop}) - ({loop.start}))"
+        return (replace(loop, start=f"{loop.start} + {t} * {n} // {T}", stop=f"{loop.start} + ({t} + 1) * {n} // {T}"),)
 
     return _map(stmts, var, rewrite)
 

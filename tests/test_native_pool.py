@@ -44,6 +44,13 @@ def _fails_on_copy_1(out, t, T):
     out[t] = 1.0
 
 
+@njit("void(int64[::1], int64, int64)", nogil=True, cache=True)
+def _order(seq, t, T):
+    """Copy t notes when it ran (run on one thread: seq[T] counts the copies run so far)."""
+    seq[t] = seq[T]
+    seq[T] += 1
+
+
 def _expected(x, k, shift, neg):
     """The kernel run serially by numba's own dispatcher, which boxes the arguments itself."""
     out = np.empty(x.shape)
@@ -226,3 +233,18 @@ def test_a_torch_exported_model_at_two_shapes_runs_its_split_kernels_on_the_pool
         for o, r in zip(sess.get_outputs(), ref):
             np.testing.assert_allclose(ours[o.name], r, rtol=1e-4, atol=1e-5)
     assert cpu._native.box[spin.N_RAN] > before
+
+
+def test_the_caller_claims_copies_from_the_front_pool_threads_from_the_back():
+    """On threads of equal speed each runs the same copies call after call (and with contiguous
+    shares, the same blocks of the output): the caller's claims go up from copy 0, a pool
+    thread's down from the last; a claim for a finished task's generation runs nothing."""
+    entry = native_call.entry(_order)
+    for from_end, expected in ((False, [0, 1, 2, 3, 4]), (True, [4, 3, 2, 1, 0])):
+        box, seq = np.zeros(spin.N_WORDS, np.int64), np.zeros(6, np.int64)
+        block = entry.pack((seq,))
+        spin.post_copies(box, 7, 5, entry.address, entry.trampoline, block.ctypes.data)
+        assert spin.run_copies(box, 6, from_end) == 0          # a stale generation claims nothing
+        assert spin.run_copies(box, 7, from_end) == 5
+        assert seq[:5].tolist() == expected and box[spin.N_FINISHED] == 5
+        assert spin.run_copies(box, 7, not from_end) == 0      # none left

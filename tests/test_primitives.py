@@ -7,7 +7,7 @@ import pytest
 
 from codegen.source import _emit
 from schedules import primitives as P
-from schedules.loopnest import UNROLLED, Assign, For, loops
+from schedules.loopnest import UNROLLED, Assign, For, loops, thread_share
 
 
 def run(stmts, **env):
@@ -66,7 +66,7 @@ def test_reorder_and_fuse(mats):
         P.reorder(matmul_nest(), "i", "k")   # not directly nested
 
 
-def test_parallel_thread_strided_copies_cover_every_iteration(mats):
+def test_parallel_copies_take_contiguous_shares_that_cover_every_iteration(mats):
     nest = P.parallel(matmul_nest(), "i")
     A, B = mats
     C = np.zeros((7, 6))
@@ -74,6 +74,24 @@ def test_parallel_thread_strided_copies_cover_every_iteration(mats):
         run(nest, A=A, B=B, C=C, M=7, N=6, K=5, t=t, T=3)
     np.testing.assert_allclose(C, A @ B)
     assert loops(P.parallel(matmul_nest(), "i", mode="prange"))[0].kind == "parallel"
+    # from a start other than 0: copy t's rows are one run, the runs in order, none twice
+    owner = np.full(12, -1)
+    shifted = P.parallel((For("i", "2", "M", (Assign("owner[i]", "t"),)),), "i")
+    for t in range(5):
+        run(shifted, owner=owner, M=12, t=t, T=5)
+    assert owner[:2].tolist() == [-1, -1] and (np.diff(owner[2:]) >= 0).all() and set(owner[2:]) == set(range(5))
+
+
+@pytest.mark.parametrize("items,T", [(54, 8), (7, 3), (3, 4), (1, 2), (0, 2)])
+def test_thread_share_gives_each_copy_one_contiguous_run(items, T):
+    """Copy t of T writes its index over its share: every item once, in T runs in copy order
+    (neighbouring items, whose output blocks lie side by side, stay on one thread)."""
+    owner = np.full(items, -1)
+    for t in range(T):
+        run((thread_share("it", "N", (Assign("owner[it]", "owner[it] + 1 + t"),)),), owner=owner, N=items, t=t, T=T)
+    assert (owner >= 0).all() and (owner < T).all() and (np.diff(owner) >= 0).all()
+    sizes = np.bincount(owner, minlength=T)
+    assert sizes.sum() == items and sizes.max() - sizes.min() <= 1
 
 
 def test_cache_write_accumulates_in_a_local(mats):

@@ -17,7 +17,7 @@ import numpy as np
 from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Call, In, Launch, Out, Scalar, Table
-from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param
+from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param, thread_share
 from schedules.microkernel import (F0, pick_tiles, register_epilogue, register_tile_in_place,
                                    tile_codes, tile_lanes, unsigned, vector_shape, vector_tile)
 from schedules.registry import register_template
@@ -178,7 +178,7 @@ def _kernel(mr: int, nr: int, epi: Epilogue, lanes: int | None = None) -> Functi
         Assign("n_full_j", f"N // {nr}"), Assign("n_jt", f"(N + {nr - 1}) // {nr}"),
         Alloc("ct", (str(mr), str(nr))),
     ) + scratch + (
-        For("item", "t", "nb * n_ib", step="T", body=(
+        thread_share("item", "nb * n_ib", body=(
             Assign("bt", "item // n_ib"), Assign("blk", "item % n_ib"),
             Assign("Ab", "A[ia[bt]]"), Assign("Bb", "B[ib[bt]]"),
         ) + pack + (

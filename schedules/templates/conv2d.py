@@ -53,7 +53,7 @@ from ir.ops.nn import _concrete_pads
 from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Buffer, Call, In, Launch, Out, Packed, Repeat, Scalar, Table, Var, Work
-from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param, unflatten
+from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param, thread_share, unflatten
 from schedules.microkernel import (F0, k_range, register_epilogue, register_tile, register_tile_in_place, pick_tiles,
                                    tile_codes, tile_lanes, unsigned, vector_shape, vector_tile)
 from schedules.registry import register_template
@@ -573,10 +573,10 @@ def _padded_input(wl: Workload, geo: dict, oh_need: int, ow_need: int, par: bool
 
 def _pack_w(tc: int) -> Function:
     """W[OC, K] (K = C/G * KH * KW) into TC-channel panels Wp[g, oc_tile, k, 0:TC], zeros past
-    the group's channels; thread t of T packs panels t, t+T, ..."""
+    the group's channels; thread t of T packs its share of the panels"""
     body = (
         Assign("n_oct", f"(OCg + {tc - 1}) // {tc}"),
-        For("it", "t", "G * n_oct", step="T", body=(
+        thread_share("it", "G * n_oct", body=(
             Assign("g", "it // n_oct"), Assign("oct", "it % n_oct"),
             For("k", "0", "K", (
                 For("q", "0", str(tc), (
@@ -619,9 +619,9 @@ def _pad_plane(s: int, dst: str, src: str) -> tuple:
 def _pad(s: int) -> Function:
     """X[N, C, H, W] into the workspace Xp[N, C, HP, S, WQ], phase-split by the stride S (see
     `_pad_plane`; a workspace holds garbage when a call starts, so every element is written);
-    thread t of T writes planes t, t+T, ..."""
+    thread t of T writes its share of the planes"""
     body = (
-        For("p", "t", "N * C", step="T", body=(
+        thread_share("p", "N * C", body=(
             Assign("n", "p // C"), Assign("c", "p % C"),
         ) + _pad_plane(s, "Xp[n, c]", "X[n, c]")),
     )
@@ -721,7 +721,7 @@ def _direct(mr: int, nr: int, vec: str, order: str, geo: dict, epi: Epilogue, co
         *((Assign("P", "OH * OW"), Assign("WQ", "Xp.shape[4]"), Assign("XR", "Xp.shape[3] * WQ"),
            Assign("XC", "Xp.shape[2] * XR")) if vector else ()),
         Alloc("ct", (str(mr), str(nr))),
-        For("it", "t", "N * G * n_ob * n_hb", step="T", body=(
+        thread_share("it", "N * G * n_ob * n_hb", body=(
             *unflatten("it", (("hb", "n_hb"), ("ob", "n_ob"), ("g", "G")), "n"),
             Assign("og", "out[n]"), Assign("un", "np.uint64(n)"), Assign("ug", "np.uint64(g)"),
             For("oh", "hb * PB", "min(OH, hb * PB + PB)",
@@ -879,7 +879,7 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue, code: str = "slp") ->
         Assign("n_pt", f"(P + {nr - 1}) // {nr}"), Assign("n_pb", "(n_pt + PB - 1) // PB"),
         *(Assign(f"u{q}", f"np.uint64({q})") for q in (range(max(mr, nr)) if not lanes else ())),
         Alloc("ct", (str(mr), str(nr))),
-        For("it", "t", "N * G * n_ob * n_pb", step="T", body=(
+        thread_share("it", "N * G * n_ob * n_pb", body=(
             *unflatten("it", (("pb", "n_pb"), ("ob", "n_ob"), ("g", "G")), "n"),
             Assign("xg", "X[n]"), Assign("og", "out[n]"),
             *_tile_loops(order, ("pt", "pb * PB", "min(n_pt, pb * PB + PB)"), tile),
@@ -894,9 +894,9 @@ def _subsample(sh: int, sw: int) -> Function:
     """The pixels a strided 1x1 conv without pads reads, X[n, c, oh * SH, ow * SW], into the
     contiguous plane Xs[n, c, oh * OW + ow] that `_gemm_1x1` reads as its panel, at unsigned
     indices (views per row cost more than the copy on 7x7 outputs); thread t of T writes
-    planes t, t+T, ..."""
+    its share of the planes."""
     body = (
-        For("p", "t", "N * C", step="T", body=(
+        thread_share("p", "N * C", body=(
             Assign("un", "np.uint64(p // C)"), Assign("uc", "np.uint64(p % C)"),
             For("oh", "0", "OH", (
                 Assign("uh", f"np.uint64(oh * {sh})"), Assign("ub", "np.uint64(oh * OW)"),
@@ -932,7 +932,7 @@ def _pack_im2col(tp: int, geo: dict, in_place: bool = False) -> Function:
         window = _taps(g, (Assign("Ap[pt, k, r]", "xq[j0]"),), f"oh * {g['SH']} + kh * {g['DH']}")
     body = (
         Assign("n_pt", f"(P + {tp - 1}) // {tp}"),
-        For("pt", "t", "n_pt", step="T", body=(
+        thread_share("pt", "n_pt", body=(
             For("r", "0", str(tp), (
                 Assign("p", f"pt * {tp} + r"),
                 If("p < P", (
@@ -967,7 +967,7 @@ def _gemm(mr: int, nr: int, vec: str, order: str, epi: Epilogue) -> Function:
         Assign("n_oct", f"(OCg + {tc - 1}) // {tc}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),
         Assign("n_pt", f"(P + {tp - 1}) // {tp}"), Assign("n_pb", "(n_pt + PB - 1) // PB"),
         Alloc("ct", (str(mr), str(nr))),
-        For("it", "t", "n_ob * n_pb", step="T", body=(
+        thread_share("it", "n_ob * n_pb", body=(
             Assign("pb", "it % n_pb"), Assign("ob", "it // n_pb"),
             *_tile_loops(order, ("pt", "pb * PB", "min(n_pt, pb * PB + PB)"), tile),
         )),

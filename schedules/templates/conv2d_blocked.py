@@ -24,7 +24,7 @@ and epilogue then applied there in place.
 from __future__ import annotations
 
 from schedules.epilogue import Epilogue, Extra
-from schedules.loopnest import Alloc, Assign, For, Function, If, Param, unflatten
+from schedules.loopnest import Alloc, Assign, For, Function, If, Param, thread_share, unflatten
 from schedules.microkernel import F0, register_tile, vector_tile
 
 MAX_CB = 8   # channels per block: the innermost loop's length
@@ -65,7 +65,7 @@ def pack_w_blocked(nr: int, cb: int, kh: int, kw: int, order: tuple | None = Non
         f"(tap // {kw}) * {kw} + ({', '.join(map(str, order))},)[tap % {kw}]"
     body = (
         Assign("n_oct", f"(OCg + {nr - 1}) // {nr}"), Assign("KB", f"NCB * {taps * cb}"),
-        For("it", "t", "G * n_oct", step="T", body=(
+        thread_share("it", "G * n_oct", body=(
             Assign("g", "it // n_oct"), Assign("oct", "it % n_oct"),
             For("k", "0", "KB", (
                 Assign("ci", f"k % {cb}"), Assign("tap", f"(k // {cb}) % {taps}"), Assign("cbk", f"k // {taps * cb}"),
@@ -114,7 +114,7 @@ def pad_blocked(s: int, cb: int) -> Function:
     )
     body = (
         Assign("Cg", "C // G"), Assign("NB", "Xc.shape[1]"), Assign("NCB", "NB // G"), Assign("PLN", "Xc.shape[2]"),
-        For("p", "t", "N * NB", step="T", body=(
+        thread_share("p", "N * NB", body=(
             Assign("n", "p // NB"), Assign("gb", "p % NB"), Assign("g", "gb // NCB"), Assign("cbk", "gb % NCB"),
             Assign("xb", "Xc[n, gb]"), Assign("un", "np.uint64(n)"), Assign("uc0", f"np.uint64(g * Cg + cbk * {cb})"),
             Assign("nci", f"max(0, min({cb}, Cg - cbk * {cb}))"),
@@ -265,7 +265,7 @@ def conv_blocked_vector(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, 
         Assign("KCB", "NCB if KC <= 0 else min(KC, NCB)"),
         Assign("n_oct", f"(OCg + {nr - 1}) // {nr}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),
         Assign("n_pt", f"(P + {mr - 1}) // {mr}"), Assign("n_pb", "(n_pt + PB - 1) // PB"),
-        For("it", "t", "N * G * n_ob * n_pb", step="T", body=(
+        thread_share("it", "N * G * n_ob * n_pb", body=(
             *unflatten("it", (("pb", "n_pb"), ("ob", "n_ob"), ("g", "G")), "n"),
             For(*outer, body=first + (
                 For("c0", "0", "NCB", step="KCB", body=(Assign("nc", "min(KCB, NCB - c0)"), chunk)),
@@ -323,7 +323,7 @@ def conv_blocked(mr: int, nr: int, order: str, geo: dict, epi: Epilogue, cb: int
         Assign("n_oct", f"(OCg + {nr - 1}) // {nr}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),
         Assign("n_pt", f"(P + {mr - 1}) // {mr}"), Assign("n_pb", "(n_pt + PB - 1) // PB"),
         Alloc("ct", (str(mr), str(nr))),
-        For("it", "t", "N * G * n_ob * n_pb", step="T", body=(
+        thread_share("it", "N * G * n_ob * n_pb", body=(
             *unflatten("it", (("pb", "n_pb"), ("ob", "n_ob"), ("g", "G")), "n"),
             For(*outer, body=(For(*inner, body=tile),)),
         )),

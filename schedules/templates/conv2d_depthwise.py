@@ -27,7 +27,7 @@ the output is read and written through flat per-image views (no view per channel
 from __future__ import annotations
 
 from schedules.epilogue import Epilogue
-from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, Param, unflatten
+from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, Param, thread_share, unflatten
 from schedules.microkernel import F0, pick_tiles, vector_shape
 from schedules.templates.conv2d_blocked import buffered_store
 
@@ -61,10 +61,10 @@ def dwb_default_tile(c: int, ow: int, target=None) -> str:
 
 def pack_w_depthwise(cb: int, taps: int) -> Function:
     """W[OC, KH * KW] (OC = C * M, channel c's copies c * M .. c * M + M - 1) into
-    Wp[M, NCB, taps * CB]; zeros past the channels; thread t of T packs (m, block) t, t+T, ..."""
+    Wp[M, NCB, taps * CB]; zeros past the channels; thread t of T packs its share of (m, block)"""
     body = (
         Assign("NCB", "Wp.shape[1]"),
-        For("it", "t", "M * NCB", step="T", body=(
+        thread_share("it", "M * NCB", body=(
             Assign("m", "it // NCB"), Assign("cbk", "it % NCB"),
             For("tap", "0", str(taps), (
                 For("ci", "0", str(cb), (
@@ -112,7 +112,7 @@ def fill_band(cb: int, geo: dict) -> tuple:
 
 
 def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int) -> Function:
-    """The kernel: work items t, t+T, ... of (n, block, band of PB output rows); per item the
+    """The kernel: copy t of T's share of the work items of (n, block, band of PB output rows); per item the
     band's input rows into the thread-local `xb` (`fill_band`: it stays in cache, where a
     separate pad pass wrote the whole regrouped map to memory and the kernel read it back),
     then per channel multiplier m and output row, tiles of TP pixels x CB channels."""
@@ -152,7 +152,7 @@ def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int) -> Function:
         Assign("n_rb", "(OH + PB - 1) // PB"), Assign("n_owt", f"(OW + {tp - 1}) // {tp}"),
         *(Assign(f"u{q}", f"np.uint64({q})") for q in range(max(cb, tp))),
         Alloc("ct", (str(tp), str(cb))), Alloc("xb", (f"({band_rows}) * WP * {cb}",)),
-        For("it", "t", "N * NCB * n_rb", step="T", body=(
+        thread_share("it", "N * NCB * n_rb", body=(
             *unflatten("it", (("rb", "n_rb"), ("cbk", "NCB")), "n"),
             Assign("oh0", "rb * PB"), Assign("oh1", "min(OH, oh0 + PB)"),
             Assign("xn", "X[n]"), Assign("oimg", "out[n]"),
@@ -210,7 +210,7 @@ def zero_plane(geo: dict) -> tuple:
 
 def conv_depthwise_rows(mr: int, nr: int, geo: dict, epi: Epilogue) -> Function:
     """The `depthwise` kernel: NCHW as it is, vectors along the pixels of an output row (no
-    regroup into channel blocks). Work items t, t+T, ... of (n, input plane); per item the plane
+    regroup into channel blocks). Copy t of T's share of the work items of (n, input plane); per item the plane
     into the thread-local zero-bordered `xp` (`pad_plane_flat`: a row copy, in cache), then per
     channel multiplier m tiles of MR output rows x NR pixels of scalar accumulators: per tap one
     weight (a broadcast scalar) and MR contiguous runs of NR pixels, the kh/kw loops unrolled
@@ -257,7 +257,7 @@ def conv_depthwise_rows(mr: int, nr: int, geo: dict, epi: Epilogue) -> Function:
         Assign("n_ht", f"(OH + {mr - 1}) // {mr}"), Assign("n_owt", f"(OW + {nr - 1}) // {nr}"),
         *(Assign(f"u{q}", f"np.uint64({q})") for q in range(nr)),
         Alloc("ct", (str(mr), str(nr))), Alloc("xp", (f"HP * {s} * WQ",)), *zero_plane(g),
-        For("it", "t", "N * C", step="T", body=(
+        thread_share("it", "N * C", body=(
             Assign("n", "it // C"), Assign("ic", "it % C"),
             Assign("xn", "X[n]"), Assign("oimg", "out[n]"),
             *pad_plane_flat(g),

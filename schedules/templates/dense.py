@@ -20,7 +20,7 @@ from __future__ import annotations
 from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Buffer, Call, In, Launch, Library, Out, Packed, Scalar, Work
-from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param
+from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param, thread_share
 from schedules.microkernel import (pick_tiles, register_epilogue, register_tile_in_place, tile_codes, tile_lanes,
                                    unsigned, vector_shape, vector_tile)
 from schedules.registry import register_template
@@ -183,7 +183,7 @@ def _prod(dims) -> int:
 def _epilogue_rows(epi: Epilogue) -> Function:
     """The fused epilogue as its own pass over out[M, N] (after a library matmul)."""
     assigns, result = epi.emit("v", "i", "j", "e")
-    body = (For("i", "t", "M", step="T", body=(
+    body = (thread_share("i", "M", body=(
         For("j", "0", "N", (Assign("v", "out[i, j]"),) + tuple(Assign(n, e) for n, e in assigns)
             + (Assign("out[i, j]", result),)),
     )),)
@@ -193,10 +193,10 @@ def _epilogue_rows(epi: Epilogue) -> Function:
 
 
 def _pack_b(nr: int) -> Function:
-    """Pack B into NR-column panels; thread t of T packs panels t, t+T, ..."""
+    """Pack B into NR-column panels; thread t of T packs its share of the panels"""
     body = (
         Assign("n_nt", f"(N + {nr - 1}) // {nr}"),
-        For("jt", "t", "n_nt", step="T", body=(
+        thread_share("jt", "n_nt", body=(
             For("k", "0", "K", (
                 For("c", "0", str(nr), (
                     Assign("j", f"jt * {nr} + c"),
@@ -289,7 +289,7 @@ def _k_block_loop(mr: int):
 
 
 def _blocks(mr: int, nr: int, order: str, epi: Epilogue, lanes: int | None = None) -> Function:
-    """Blocks t, t+T, ... of (ib, jb) tiles (a block: up to MB row tiles x NB column tiles,
+    """Copy t of T's share of the blocks of (ib, jb) tiles (a block: up to MB row tiles x NB column tiles,
     the tiles split evenly between the blocks: with M = 197 and MB x MR = 192 rows, two
     blocks of 17 and 16 row tiles, not 32 and 1, which in order "ji" gave one thread all
     the big blocks), each over all K blocks, so the block's output stays in cache between its K blocks (with K
@@ -307,7 +307,7 @@ def _blocks(mr: int, nr: int, order: str, epi: Epilogue, lanes: int | None = Non
         else (Assign("jb", "blk // n_ib"), Assign("ib", "blk % n_ib"))
     body = _counts(mr, nr) + (
         Alloc("ct", (str(mr), str(nr))),
-        For("blk", "t", "n_ib * n_jb", step="T", body=split + (
+        thread_share("blk", "n_ib * n_jb", body=split + (
             For("kb", "0", "n_kb", (
                 Assign("k0", "kb * KB"), Assign("k1", "min(K, k0 + KB)"),
                 For(*outer, body=(For(*inner, body=tile),)),

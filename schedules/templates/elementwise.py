@@ -34,7 +34,7 @@ from ir.ops.elementwise import DTYPE_EXPRS, NAN_AWARE, NUMBA_TYPES, VECTOR_MATH,
 from ir.ops import resize as rz
 from ir.workload import Workload
 from schedules.launch import Buffer, Call, In, Launch, Out, Scalar, Table, Work
-from schedules.loopnest import Alloc, Assign, Call as Stmt, For, Function, If, LoopModule, Param
+from schedules.loopnest import Alloc, Assign, Call as Stmt, For, Function, If, LoopModule, Param, thread_share
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
@@ -423,7 +423,7 @@ class ElementwiseTemplate(Template):
             streams = _streams_for(wl, loaded, shapes) if unroll == 1 else 1
             body = (
                 Assign("CH", "RB * 1024"),
-                For("blk", "t", "(n + CH - 1) // CH", step="T", body=(
+                thread_share("blk", "(n + CH - 1) // CH", body=(
                     Assign("i0", "blk * CH"), Assign("i1", "min(n, i0 + CH)"),
                     *(_interleaved("i", "i0", "i1", inner, streams) if streams > 1 else _inner("i", "i0", "i1", inner, unroll)),
                 )),
@@ -476,7 +476,7 @@ class ElementwiseTemplate(Template):
                     rest = "rest"
             body = (
                 *(Alloc(b, (str(w),)) for b, w in em.row_buffers.items()),
-                For("blk", "t", f"({rows} + RB - 1) // RB", step="T", body=(
+                thread_share("blk", f"({rows} + RB - 1) // RB", body=(
                     For("row", "blk * RB", f"min({rows}, blk * RB + RB)", (
                         *split, Assign("base", f"row * {out_shape[-1]}"), *em.row_pre, *row_loops,
                     )),
@@ -546,7 +546,7 @@ def _row_gather_lowered(wl: Workload, types: dict, cfg: Config, rows, version: i
     data, ind = wl.ops[0]["in"]
     x, ids = f"x{data[1:]}", f"x{ind[1:]}"
     body = (
-        For("blk", "t", f"({outer * G} + RB - 1) // RB", step="T", body=(
+        thread_share("blk", f"({outer * G} + RB - 1) // RB", body=(
             For("row", "blk * RB", f"min({outer * G}, blk * RB + RB)", (
                 Assign("o", f"row // {G}"),
                 Assign("g", _at(ids, f"row - o * {G}")),
@@ -684,7 +684,7 @@ def _slice_function(node, k: int, in_shape, tables):
         args.append(In(int(node.inputs[4][1:]), None, "int64"))
     params += [Param("dims", "int64[::1]"), Param("sl", "int64[::1]"), Param("t", "int64"), Param("T", "int64")]
     args.append(Table(f"sld{k}"))
-    body = (For("w", "t", "1", step="T", body=(
+    body = (thread_share("w", "1", body=(
         For("a", "0", str(R), (Assign("sl[2 * a]", "0"), Assign("sl[2 * a + 1]", "1"))),
         For("j", "0", "starts.shape[0]", (
             Assign("a", ax), Assign("d", "dims[a]"), Assign("st", "steps[j]" if n_in > 4 else "1"),

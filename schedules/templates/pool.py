@@ -20,7 +20,7 @@ import numpy as np
 from ir.ops.nn import _concrete_pads, _windows
 from ir.workload import Workload
 from schedules.launch import Buffer, Call, In, Launch, Out, Scalar, Table, Work
-from schedules.loopnest import UNROLLED, Alloc, Assign, For, Function, If, LoopModule, Param
+from schedules.loopnest import UNROLLED, Alloc, Assign, For, Function, If, LoopModule, Param, thread_share
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
@@ -99,7 +99,7 @@ class PoolTemplate(Template):
         padded = (hp, wp) != (H, W)   # else the windows stay inside the input: read it as it is
         pad = _pad_plane(pads[0], pads[1], is_max) if padded else ()
         body = ((Alloc("vr", ("xp.shape[2]",)),) if cfg["algo"] == "separable" else ()) + (
-            For("blk", "t", "(P + PB - 1) // PB", step="T", body=(
+            thread_share("blk", "(P + PB - 1) // PB", body=(
                 For("pl", "blk * PB", "min(P, blk * PB + PB)", pad + (For("oh", "0", "OH", row),)),
             )),
         )

@@ -31,7 +31,7 @@ from ir.ops.reduce import _axes
 from ir.workload import Workload
 from schedules.launch import Call, In, Launch, Out, Scalar, Table
 from schedules.microkernel import vector_shape
-from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param
+from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, LoopModule, Param, thread_share
 from schedules.registry import register_template
 from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
@@ -565,7 +565,7 @@ def _rows(wl, k, refs, modes, params, kind, lanes, cache, strided=False, one_pas
     loop = (
         Assign("nv", f"(L // {lanes}) * {lanes}"),
     ) + ((Alloc("buf", ("L",)),) if cache else ()) + ((Alloc("buf2", ("L",)),) if cache and one_pass and kind == "LayerNormalization" else ()) + (
-        For("blk", "t", "(rows + RB - 1) // RB", step="T", body=rows_loop),
+        thread_share("blk", "(rows + RB - 1) // RB", body=rows_loop),
     )
     params = tuple(Param(params[r], "float32[::1]") for r in refs)
     if kind == "LayerNormalization":
@@ -609,7 +609,7 @@ def _middle(x: str, kind: str, unroll: int) -> Function:
                For("i", "0", "inner", (Assign(o, f"np.float32(math.log({a})) + {o}"),)))
     body = ((Alloc("acc", ("inner",)),) if lse else ()) + (
         Assign("nl", f"(L // {unroll}) * {unroll}"),
-        For("blk", "t", "(rows + RB - 1) // RB", step="T", body=(
+        thread_share("blk", "(rows + RB - 1) // RB", body=(
             For("r", "blk * RB", "min(rows, blk * RB + RB)", (
                 Assign("ob", "r * inner"), Assign("b", f"base[{u('r')}]"),
                 For("i", "0", "inner", (Assign(f"out[{u('ob + i')}]", ident),)),

@@ -50,6 +50,21 @@ CASES = {
              [((2, 1, 1, 7), "int64", False), ((), "float32", True), ((), "float32", True)],
              lambda: [RNG.integers(0, 2, (2, 1, 1, 7)), np.float32(1.0), np.float32(-1e4)]),
     "flatten": ([("Flatten", ["i0"], {"axis": 1})], [((2, 5, 1, 1), "float32", False)], None),
+    # Reshape's axes in groups of equal size (`_reshape_groups`): one axis split in three (3 x 5 x 4),
+    # size-1 axes on both sides, two axes merged (a non-power-of-two 6 = 2 x 3 and 4 x 2 = 8) and a
+    # group of two axes on each side (6 x 4 -> 4 x 6), each between Transposes so that the index is not the flat one
+    "reshape_groups_split_merge": ([("Transpose", ["i0"], {"perm": [1, 0, 2]}), ("Reshape", ["t0", "i1"], {}),
+                                    ("Transpose", ["t1"], {"perm": [4, 1, 2, 3, 0, 5]})],
+                                   [((60, 2, 3), "float32", False), ((6,), "int64", True)],
+                                   lambda: [f32(60, 2, 3), np.array([2, 1, 3, 5, 4, 3])]),
+    "reshape_groups_many_to_many": ([("Transpose", ["i0"], {"perm": [2, 1, 0, 3]}), ("Reshape", ["t0", "i1"], {}),
+                                     ("Transpose", ["t1"], {"perm": [3, 1, 2, 0]})],
+                                    [((3, 6, 4, 8), "float32", False), ((4,), "int64", True)],
+                                    lambda: [f32(3, 6, 4, 8), np.array([4, 6, 3, 8])]),
+    "reshape_groups_merge_pow2": ([("Transpose", ["i0"], {"perm": [0, 2, 1, 3]}), ("Reshape", ["t0", "i1"], {}),
+                                   ("Transpose", ["t1"], {"perm": [1, 0, 2]})],
+                                  [((1, 3, 16, 64), "float32", False), ((3,), "int64", True)],
+                                  lambda: [f32(1, 3, 16, 64), np.array([1, 16, 192])]),
 }
 
 

@@ -111,6 +111,41 @@ def _strides(shape):
     return out
 
 
+def _div(x: str, d: int) -> str:
+    """x // d for an index x >= 0: a shift for a power of two (LLVM then folds a split and its
+    merge back into x; a signed floor division it keeps)."""
+    return x if d == 1 else f"({x} >> {d.bit_length() - 1})" if d & (d - 1) == 0 else f"({x} // {d})"
+
+
+def _mod(x: str, d: int) -> str:
+    """x % d for an index x >= 0: a mask for a power of two."""
+    return f"({x} & {d - 1})" if d & (d - 1) == 0 else f"({x} % {d})"
+
+
+def _reshape_groups(ins, outs):
+    """A Reshape's axes in groups of equal size, (input axes, output axes) each, from the
+    outermost: an output index maps into its group alone (a split of one input axis needs no
+    division; several input axes divide only the group's own index), not through the whole
+    flat index, whose divisions by non-constant-folded sizes kept a head split's copy scalar
+    (ViT's q/k/v Reshape + Transpose: 7 us for 12 KB). None when a size is not a number."""
+    if not all(isinstance(d, int) for d in (*ins, *outs)):
+        return None
+    groups, i, j = [], 0, 0
+    while i < len(ins) or j < len(outs):
+        gi, gj, pi, pj = [], [], 1, 1
+        while True:
+            if i < len(ins) and (pi < pj or not gi or (pi == pj and ins[i] == 1)):
+                gi.append(i); pi *= ins[i]; i += 1
+            elif j < len(outs) and (pj < pi or not gj or (pi == pj and outs[j] == 1)):
+                gj.append(j); pj *= outs[j]; j += 1
+            else:
+                break
+        if pi != pj:
+            return None
+        groups.append((gi, gj))
+    return groups
+
+
 class _Emitter:
     """Builds the expression of a value at an index (a list of index expressions)."""
 
@@ -169,8 +204,26 @@ class _Emitter:
         if [d for d in ins if d != 1] == [d for d in shape if d != 1]:   # only size-1 dims move
             live = iter(i for i, d in zip(idx, shape) if d != 1)
             return self.load(src, [next(live) if d != 1 else "0" for d in ins])
-        f = self.flat_name(self.flat_expr(idx, shape))
-        return self.load(src, [f"(({f}) // {s}) % {d}" if d != 1 else "0" for s, d in zip(_strides(ins), ins)])
+        groups = _reshape_groups(ins, shape)
+        if groups is None:   # symbolic sizes: the flat index, split again
+            f = self.flat_name(self.flat_expr(idx, shape))
+            return self.load(src, [f"(({f}) // {s}) % {d}" if d != 1 else "0" for s, d in zip(_strides(ins), ins)])
+        at = ["0"] * len(ins)
+        for in_axes, out_axes in groups:
+            sub = [shape[a] for a in out_axes]
+            flat = " + ".join(f"({idx[a]}) * {st}" if st != 1 else f"({idx[a]})"
+                              for a, st, d in zip(out_axes, _strides(sub), sub) if d != 1) or "0"
+            live = [a for a in in_axes if ins[a] != 1]
+            if len(live) <= 1:   # one input axis: the output axes' index within the group, no division
+                if live:
+                    at[live[0]] = flat
+                continue
+            f = self.flat_name(flat)
+            strides = _strides([ins[a] for a in in_axes])
+            for k, (a, st) in enumerate(zip(in_axes, strides)):
+                if ins[a] != 1:   # the group's outermost axis: its quotient is already below its size
+                    at[a] = _mod(_div(f"({f})", st), ins[a]) if k else _div(f"({f})", st)
+        return self.load(src, at)
 
     def flat_expr(self, idx, shape):
         return " + ".join(f"({i}) * {s}" for i, s, d in zip(idx, _strides(shape), shape) if d != 1) or "0"

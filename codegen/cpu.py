@@ -132,16 +132,19 @@ def _host() -> dict:
             "vector_bits": bits, "vector_registers": regs}
 
 
-MIN_WORK_PER_THREAD = 1 << 21
+MIN_WORK_PER_THREAD = 1 << 18
 """Work units (FLOPs + bytes, `codegen.kernel.work_estimate`) a kernel needs per thread before a
-second thread takes part: a kernel splits on 2 threads from 4 M units (~40 us here). With the
-native pool (no GIL in the handoff, copies claimed one at a time) on a 2-vCPU Zen 4 KVM guest,
-untuned at 2 threads, medians of interleaved calls: ResNet-18 (64x64) 5.3 ms with the old 2^25
--> 3.6-4.5 ms from 2^21, BERT-small and MobileNetV2 unchanged within the noise from 2^19 to 2^25.
-It was 2^25 while pool threads ran each copy from Python: a thread waiting for the GIL is woken
-by a futex, 0.1-4 ms later on these guests, so only kernels of hundreds of microseconds paid.
-Kernels of Python callables (no native entry) still go through that pool. Below it, tune's
-in-model check still times kernels on every thread (`tuner.verify.SplitVerdict`)."""
+second thread takes part: a kernel splits on 2 threads from 512 K units (~5 us here). With each
+copy's items one contiguous run (`schedules.loopnest.thread_share`), on a 2-vCPU Emerald Rapids
+KVM guest, untuned, 2 threads, processes taking turns, medians / onnxruntime's: 2^21 -> 2^18
+took MobileNetV2 (96x96) 1.64-1.66x -> 1.37x, ViT-small 1.11-1.19x -> 1.05x, ResNet-18 (64x64)
+1.20x -> 1.17x, BERT-small (seq 32) 0.84x -> 0.93x (2^19: 1.46x, 1.03x, -, 0.90x). On that
+guest a line another core wrote costs a step ~3 ns to read: a step on one thread after a split
+one reads half its input from the other core, so splitting the small kernels of a CNN too keeps
+each thread on the channels it wrote. (2^21 came from the Zen 4 guest, items interleaved
+between the threads: ResNet-18 5.3 ms with 2^25 -> 3.6-4.5 ms.) Kernels of Python callables
+(no native entry) still go through the Python pool. Below it, tune's in-model check still times
+kernels on every thread (`tuner.verify.SplitVerdict`)."""
 
 
 SPIN_S = 5e-4

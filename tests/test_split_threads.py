@@ -21,7 +21,7 @@ from runtime.choose import IN_MODEL, SPLIT, deployed_record
 from tuner.task import extract_tasks, shape_points
 from tuner.tune import TaskReport, verification_lines
 
-C, HW = 32, 12   # 2 * 32 * 32 * 9 * 144 = 2.7 M FLOPs: under two threads' share (2 x 2^21)
+C, HW = 16, 8   # 2 * 16 * 16 * 9 * 64 = 0.3 M FLOPs (+ 17 KB): under two threads' share (2 x 2^18)
 
 
 def _graph():
@@ -102,3 +102,11 @@ def test_a_split_that_did_not_pay_is_not_stored(checked):
 class TaskReportsWith:
     def __init__(self, v):
         self.verification = v
+
+
+def test_two_thread_models_have_a_window_of_split_candidates():
+    """Kernels below two threads' share (`MIN_WORK_PER_THREAD` x 2) and above `SPLIT_MIN_WORK`
+    are the ones the check times on every thread: the window must not be empty."""
+    from codegen import cpu
+    assert verify.SPLIT_MIN_WORK < 2 * cpu.MIN_WORK_PER_THREAD
+    assert verify._cut_by_size(type("K", (), {"work_estimate": verify.SPLIT_MIN_WORK})(), 2)

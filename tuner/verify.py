@@ -38,7 +38,8 @@ from runtime.choose import DEFAULT, IN_MODEL, NEAREST, REFERENCE, SPLIT, TUNED
 
 SPLIT_GAIN = 0.95        # every thread is kept only where it ran in at most this share of the time: the margin
                          # of the in-model noise, so that no kernel flips on a coin toss
-SPLIT_MIN_WORK = 1 << 20  # work units below which no kernel is tried on every thread: a pool hand-off costs more
+SPLIT_MIN_WORK = 1 << 17  # work units below which no kernel is tried on every thread: a pool hand-off costs more;
+                          # below `codegen.cpu.MIN_WORK_PER_THREAD` x 2, or 2-thread models have no candidate
 
 
 @dataclass

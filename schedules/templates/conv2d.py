@@ -104,8 +104,10 @@ GEMM_1X1_PIXELS = 128     # 1x1 convs on planes of at least this many pixels rea
 # per vector shape: AVX-512's 8x32 tile reads 7x7 maps in place 1.2-1.6x faster than im2col's
 # (MobileNetV2's 576->160, 960->320, 320->1280 @7, Zen 5, 2026-12-02): every plane of >= 16 pixels
 GEMM_1X1_PIXELS_BY_SHAPE = {(8, 16): GEMM_1X1_PIXELS, (16, 32): 16}
-THREAD_WAKE_FLOPS = 2e6   # below this, a kernel runs single-threaded by default: waking a thread
-                          # (~20 us) costs more than splitting the work saves
+THREAD_WAKE_FLOPS = 2e5   # below this, a conv runs single-threaded by default (the pool's
+                          # threads spin between a call's kernels, so a handoff costs a few us, not
+                          # a ~20 us wake-up); 2e6 left MobileNetV2's depthwise convs on one thread,
+                          # reading half their input from the other core (`codegen.cpu.MIN_WORK_PER_THREAD`)
 
 
 def _geometry(wl: Workload):

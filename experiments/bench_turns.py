@@ -1,0 +1,139 @@
+"""Untuned models of one or more source trees and onnxruntime, each in a process of its own,
+taking turns: what a change does to end-to-end latency on a host whose speed drifts.
+
+    python experiments/bench_turns.py [--trees . /tmp/old] [--models resnet18 mobilenetv2 vit bert]
+        [--threads 1 2] [--rounds 9] [--calls 60] [--out experiments/bench_turns.md]
+
+A guest whose host runs other work changes speed by 1.5-2x within minutes (Emerald Rapids KVM
+guests, 2026-12-06): runtimes timed one after the other compare the host's minutes, not the
+code. Here every runtime (`tree:ours` per tree, and onnxruntime from the first tree's Python)
+loads its model once in its own process, then the processes run `--calls` timed calls each in
+turn, `--rounds` times, the order reversed every other round; only one runs at a time (the
+others block on a pipe, their pool threads asleep). Per runtime: the median of its rounds'
+median wall times, and the median over rounds of its ratio to onnxruntime's median in the same
+round (with the rounds' quartiles), so a slow minute slows both sides of a ratio. The trees
+are checkouts (`git worktree add /tmp/old <commit>`); their kernel caches are shared, so a
+tree's first load may compile.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def child(tree: str, model: str, threads: int, who: str) -> None:
+    """One runtime in this process: load, warm up, say 'ready', then per line read from stdin
+    (a call count) time that many calls and print their median wall seconds."""
+    import time
+    sys.path[:0] = [tree, str(Path(tree) / "experiments" / "models"), str(Path(tree) / "tests")]
+    import numpy as np
+    sys.path.insert(0, str(Path(tree) / "experiments"))
+    from bench_tuned import _models
+    from runtime.cli import random_feeds
+    label, build, sizes = _models()[model]
+    proto = build()
+    if who == "ours":
+        import runtime
+        from ir.settings import Settings
+        m = runtime.load(proto, settings=Settings.from_env().with_(threads=threads))
+        feeds = random_feeds(m.graph, dict(sizes), seed=0)
+        call = lambda: m.run(feeds)   # noqa: E731
+    else:
+        import onnxruntime as ort
+        from ir import import_onnx
+        feeds = random_feeds(import_onnx(proto), dict(sizes), seed=0)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+        sess = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        call = lambda: sess.run(None, feeds)   # noqa: E731
+    for _ in range(20):
+        call()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        for _ in range(3):   # after its turn's wait: caches and pool threads warm again
+            call()
+        times = []
+        for _ in range(int(line)):
+            t0 = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t0)
+        print(float(np.median(times)), flush=True)
+
+
+def turns(specs: list[tuple[str, str]], model: str, threads: int, rounds: int, calls: int) -> list[list[float]]:
+    """Per (tree, who): its rounds' median seconds, the processes taking turns."""
+    procs = []
+    try:
+        for tree, who in specs:
+            p = subprocess.Popen([sys.executable, __file__, "--child", tree, model, str(threads), who],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            procs.append(p)
+            if p.stdout.readline().strip() != "ready":
+                raise SystemExit(f"{who} of {tree} on {model} did not start")
+        res: list[list[float]] = [[] for _ in specs]
+        for r in range(rounds):
+            order = range(len(specs)) if r % 2 == 0 else reversed(range(len(specs)))
+            for i in order:
+                procs[i].stdin.write(f"{calls}\n")
+                procs[i].stdin.flush()
+                res[i].append(float(procs[i].stdout.readline()))
+        return res
+    finally:
+        for p in procs:
+            if p.stdin:
+                p.stdin.close()
+            p.wait(timeout=60)
+
+
+def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+        return 0
+    import numpy as np
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trees", nargs="+", default=[str(ROOT)])
+    ap.add_argument("--models", nargs="+", default=["resnet18", "mobilenetv2", "vit", "bert"])
+    ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--calls", type=int, default=60)
+    ap.add_argument("--out", default=None, help="also write the Markdown table here")
+    args = ap.parse_args(argv)
+    trees = [str(Path(t).resolve()) for t in args.trees]
+    specs = [(trees[0], "ort")] + [(t, "ours") for t in trees]
+    names = ["onnxruntime"] + [Path(t).name + (" (this tree)" if t == str(ROOT) else "") for t in trees]
+    sys.path.insert(0, str(ROOT))
+    from codegen import host_target
+    t = host_target()
+    lines = [f"Machine: {t.cpu} (`{t.cpu_name}`, {t.cores} cores available); load average "
+             f"{os.getloadavg()[0]:.2f} at the start. {args.rounds} rounds of {args.calls} calls per runtime, "
+             "processes taking turns; wall ms per call (median of the rounds' medians), and the median "
+             "over rounds of the ratio to onnxruntime's round [quartiles].", "",
+             "| model | threads | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
+    rows = []
+    for model in args.models:
+        for threads in args.threads:
+            res = np.asarray(turns(specs, model, threads, args.rounds, args.calls)) * 1e3
+            cells = [f"{np.median(res[0]):.3f}"]
+            for i in range(1, len(specs)):
+                r = res[i] / res[0]
+                cells.append(f"{np.median(res[i]):.3f} ({np.median(r):.3f}x [{np.percentile(r, 25):.3f}, "
+                             f"{np.percentile(r, 75):.3f}])")
+            lines.append(f"| {model} | {threads} | " + " | ".join(cells) + " |")
+            rows.append({"model": model, "threads": threads, "ms": {n: res[i].tolist() for i, n in enumerate(names)}})
+            print(lines[-1], flush=True)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+        Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,7 +9,7 @@ guests, 2026-12-06): runtimes timed one after the other compare the host's minut
 code. Here every runtime (`tree:ours` per tree, and onnxruntime from the first tree's Python)
 loads its model once in its own process, then the processes run `--calls` timed calls each in
 turn, `--rounds` times, the order reversed every other round; only one runs at a time (the
-others block on a pipe, their pool threads asleep). Per runtime: the median of its rounds'
+others block on a pipe, their pool threads asleep; `SETTLE_S` between turns). Per runtime: the median of its rounds'
 median wall times, and the median over rounds of its ratio to onnxruntime's median in the same
 round (with the rounds' quartiles), so a slow minute slows both sides of a ratio. The trees
 are checkouts (`git worktree add /tmp/old <commit>`); their kernel caches are shared, so a
@@ -22,15 +22,20 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SETTLE_S = 0.1
+"""Pause before each turn: onnxruntime's pool threads spin ~40 ms after its last call, and on a
+2-vCPU guest the runtime whose turn came next lost its second vCPU to them (measured: the
+process after onnxruntime's turn ran MobileNetV2 at 2 threads 1.59x onnxruntime in one round
+order and 1.40x in the other; with the pause, both)."""
 
 
 def child(tree: str, model: str, threads: int, who: str) -> None:
     """One runtime in this process: load, warm up, say 'ready', then per line read from stdin
     (a call count) time that many calls and print their median wall seconds."""
-    import time
     sys.path[:0] = [tree, str(Path(tree) / "experiments" / "models"), str(Path(tree) / "tests")]
     import numpy as np
     sys.path.insert(0, str(Path(tree) / "experiments"))
@@ -80,6 +85,7 @@ def turns(specs: list[tuple[str, str]], model: str, threads: int, rounds: int, c
         for r in range(rounds):
             order = range(len(specs)) if r % 2 == 0 else reversed(range(len(specs)))
             for i in order:
+                time.sleep(SETTLE_S)
                 procs[i].stdin.write(f"{calls}\n")
                 procs[i].stdin.flush()
                 res[i].append(float(procs[i].stdout.readline()))

@@ -151,8 +151,14 @@ def _launcher(backend: Backend, s: Call, work_estimate: int | None):
     return None
 
 
+_GATHERS = ("Gather", "GatherElements", "GatherND")
+
+
 def work_estimate(wl: Workload) -> int:
-    """A kernel's size for picking its thread count: FLOPs plus bytes read and written."""
+    """A kernel's size for picking its thread count: FLOPs plus bytes read and written. A table a
+    Gather reads from counts at most the output's bytes: it reads the rows it gathers, not the
+    table (BERT's embedding lookup, 32 rows of a 512 KB table, ran 5.4 -> 15.3 us split on two
+    threads)."""
     def nbytes(shape, dtype) -> int:
         try:
             return int(np.prod([int(d) for d in shape], dtype=np.int64)) * np.dtype(dtype).itemsize
@@ -162,8 +168,11 @@ def work_estimate(wl: Workload) -> int:
         flops = int(wl.flops())
     except Exception:   # an op node_flops cannot count: its bytes still tell the size
         flops = 0
-    return flops + sum(nbytes(spec["shape"], spec["dtype"]) for spec in wl.inputs) \
-        + nbytes(wl.output_shape, wl.output_dtype)
+    out = nbytes(wl.output_shape, wl.output_dtype)
+    tables = {int(n.inputs[0][1:]) for n in wl.nodes() if n.op in _GATHERS and n.inputs[0][:1] == "i"
+              and n.inputs[0][1:].isdigit()}
+    return flops + sum(min(nbytes(spec["shape"], spec["dtype"]), out) if k in tables else nbytes(spec["shape"], spec["dtype"])
+                       for k, spec in enumerate(wl.inputs)) + out
 
 
 class Calls:

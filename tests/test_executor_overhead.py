@@ -242,3 +242,15 @@ def test_a_cold_program_compiles_its_kernels_on_worker_processes(tmp_path):
     np.testing.assert_allclose(np.array(got["y"], np.float32), softmax(softmax(x) * b), rtol=1e-5, atol=1e-6)
     assert got["steps"] == 2 and got["compiles"] == 2
     assert got["here"] == 0   # nothing compiled (nor loaded through compile) in that process
+
+
+def test_an_embedding_lookup_counts_the_rows_it_gathers_not_its_table():
+    """BERT's token embedding (a 1000 x 128 table, 32 ids) is a small kernel: split on two
+    threads it ran 3x slower. Its table counts at most the output's bytes."""
+    from tests.template_cases import make_wl
+    table, ids = np.zeros((1000, 128), np.float32), np.zeros((1, 32), np.int64)
+    wl = make_wl([("Gather", ["i0", "i1"], {"axis": 0})], [((1000, 128), "float32", True), ((1, 32), "int64", False)],
+                 [table, ids])
+    out_bytes = 32 * 128 * 4
+    assert work_estimate(wl) < 3 * out_bytes < table.nbytes / 10
+    assert cpu.threads_for(2, items=32, work=work_estimate(wl)) == 1

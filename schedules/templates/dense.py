@@ -83,6 +83,14 @@ def _problem(wl: Workload):
     return a, b
 
 
+DENSE_SPLIT_FLOPS = 2e6
+"""A dense layer of fewer FLOPs runs on one thread by default. With threads splitting kernels
+from 256 K work units (`codegen.cpu.MIN_WORK_PER_THREAD`) BERT-small's 32x128x128 projections
+ran 5.8 -> 10.0 us on two threads (its 32x128x512 MLP layers, 4.2 MFLOP, gain), and ViT-small's
+17x192x192 ones gained 10 % but slowed the single-thread steps after them as much: 2 threads,
+Emerald Rapids, 2026-12-06."""
+
+
 class DenseTemplate(Template):
     name = "dense"
     version = 1   # (new tiles or defaults alone leave it: records of the old space still run as they did)
@@ -121,8 +129,10 @@ class DenseTemplate(Template):
         # all rows fit one block (M up to 32 row tiles: transformer layers at batch 1), a block
         # is one column tile, so threads share N's tiles: ViT-small at 2 threads 0.83 -> 0.73 ms,
         # BERT-small 0.254 -> 0.239; at 1 thread within 1 % (Intel Xeon, AVX-512, 2026-12-04).
+        # Under DENSE_SPLIT_FLOPS one thread: threads share N, and the row-wise steps after it
+        # (LayerNorm, a head split) then read half the output from the other core.
         mr = int(tile.split("x")[0])
-        return space.validate({"regtile": tile, "order": "ji", "parallel": True,
+        return space.validate({"regtile": tile, "order": "ji", "parallel": wl.flops() >= DENSE_SPLIT_FLOPS,
                                "MB": 32, "NB": 1 if m <= 32 * mr else 4, "KB": kb,
                                "tile_code": tile_codes(target)[1 if DEFAULT_VECTOR_IR else 0]})
 

@@ -13,7 +13,7 @@ from ir.custom import register_op, same_shape
 from ir.workload import Workload
 from schedules import Config, ConfigSpace, Knob, Lowered, Template, register_template
 from schedules.launch import Call, In, Launch, Out, Scalar
-from schedules.loopnest import UNROLLED, Assign, For, Function, LoopModule, Param
+from schedules.loopnest import UNROLLED, Assign, For, Function, LoopModule, Param, thread_share
 
 DOMAIN = "example.ops"
 
@@ -29,8 +29,8 @@ register_op("SoftCap", kind="opaque", infer=same_shape, ref=softcap_ref, domain=
 
 class SoftCapTemplate(Template):
     """One flat loop, `unroll` elements per iteration (code-shape knob); blocks of `B`
-    elements per work item and threading are run-time knobs. The function strides over
-    blocks t, t+T, ... (its last two parameters): the backend runs T copies of it."""
+    elements per work item and threading are run-time knobs. Copy t of T (its last two
+    parameters) runs its contiguous share of the blocks: the backend runs T copies of it."""
 
     name = "softcap"
     version = 1
@@ -52,7 +52,7 @@ class SoftCapTemplate(Template):
         def elem(i: str):
             return Assign(f"y[{i}]", f"np.float32({cap!r}) * math.tanh(x[{i}] * np.float32({1 / cap!r}))")
 
-        body = (For("blk", "t", "(n + B - 1) // B", step="T", body=(
+        body = (thread_share("blk", "(n + B - 1) // B", body=(
             Assign("lo", "blk * B"), Assign("hi", "min(n, lo + B)"),
             For("i0", "lo", f"lo + ((hi - lo) // {u}) * {u}", step=str(u), body=(
                 For("r", "0", str(u), (elem("i0 + r"),), UNROLLED),)),

@@ -83,12 +83,13 @@ def _problem(wl: Workload):
     return a, b
 
 
-DENSE_SPLIT_FLOPS = 2e6
-"""A dense layer of fewer FLOPs runs on one thread by default. With threads splitting kernels
-from 256 K work units (`codegen.cpu.MIN_WORK_PER_THREAD`) BERT-small's 32x128x128 projections
-ran 5.8 -> 10.0 us on two threads (its 32x128x512 MLP layers, 4.2 MFLOP, gain), and ViT-small's
-17x192x192 ones gained 10 % but slowed the single-thread steps after them as much: 2 threads,
-Emerald Rapids, 2026-12-06."""
+DENSE_SPLIT_WORK = 2.5e6
+"""A dense layer of less work (FLOPs + the bytes of A, B and the output) runs on one thread by
+default. With threads splitting kernels from 256 K work units (`codegen.cpu.MIN_WORK_PER_THREAD`)
+BERT-small's 32x128x128 projections (1.1 M) ran 5.8 -> 10.0 us on two threads, and ViT-small's
+17x192x192 ones (1.4 M) gained 10 % but slowed the single-thread steps after them as much; its
+MLP layers (5.6 M) and BERT's (4.5 M) gain, and so does ResNet-18's 512 -> 1000 classifier, a
+GEMV that streams 2 MB of weights (3.1 M): 72 -> 43 us. 2 threads, Emerald Rapids, 2026-12-06."""
 
 
 class DenseTemplate(Template):
@@ -129,10 +130,12 @@ class DenseTemplate(Template):
         # all rows fit one block (M up to 32 row tiles: transformer layers at batch 1), a block
         # is one column tile, so threads share N's tiles: ViT-small at 2 threads 0.83 -> 0.73 ms,
         # BERT-small 0.254 -> 0.239; at 1 thread within 1 % (Intel Xeon, AVX-512, 2026-12-04).
-        # Under DENSE_SPLIT_FLOPS one thread: threads share N, and the row-wise steps after it
+        # Under DENSE_SPLIT_WORK one thread: threads share N, and the row-wise steps after it
         # (LayerNorm, a head split) then read half the output from the other core.
         mr = int(tile.split("x")[0])
-        return space.validate({"regtile": tile, "order": "ji", "parallel": wl.flops() >= DENSE_SPLIT_FLOPS,
+        k, n = (int(d) for d in _problem(wl)[1]["shape"])
+        work = wl.flops() + 4 * (m * k + k * n + m * n)
+        return space.validate({"regtile": tile, "order": "ji", "parallel": work >= DENSE_SPLIT_WORK,
                                "MB": 32, "NB": 1 if m <= 32 * mr else 4, "KB": kb,
                                "tile_code": tile_codes(target)[1 if DEFAULT_VECTOR_IR else 0]})
 

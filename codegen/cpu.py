@@ -133,7 +133,7 @@ def _host() -> dict:
 
 
 MIN_WORK_PER_THREAD = 1 << 18
-"""Work units (FLOPs + bytes, `codegen.kernel.work_estimate`) a kernel needs per thread before a
+"""Work units (FLOPs + bytes, `ir.workload.work_estimate`) a kernel needs per thread before a
 second thread takes part: a kernel splits on 2 threads from 512 K units (~5 us here). With each
 copy's items one contiguous run (`schedules.loopnest.thread_share`), on a 2-vCPU Emerald Rapids
 KVM guest, untuned, 2 threads, processes taking turns, medians / onnxruntime's: 2^21 -> 2^18

@@ -17,7 +17,7 @@ with up to 28 of its 32 registers as accumulators.
 """
 from __future__ import annotations
 
-from ir.workload import Workload
+from ir.workload import Workload, work_estimate
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Buffer, Call, In, Launch, Library, Out, Packed, Scalar, Work
 from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param, thread_share
@@ -84,8 +84,8 @@ def _problem(wl: Workload):
 
 
 DENSE_SPLIT_WORK = 2.5e6
-"""A dense layer of less work (FLOPs + the bytes of A, B and the output) runs on one thread by
-default. With threads splitting kernels from 256 K work units (`codegen.cpu.MIN_WORK_PER_THREAD`)
+"""A dense layer of less work (`ir.workload.work_estimate`: FLOPs + bytes, what the backend's
+size rule counts) runs on one thread by default. With threads splitting kernels from 256 K work units (`codegen.cpu.MIN_WORK_PER_THREAD`)
 BERT-small's 32x128x128 projections (1.1 M) ran 5.8 -> 10.0 us on two threads, and ViT-small's
 17x192x192 ones (1.4 M) gained 10 % but slowed the single-thread steps after them as much; its
 MLP layers (5.6 M) and BERT's (4.5 M) gain, and so does ResNet-18's 512 -> 1000 classifier, a
@@ -133,9 +133,7 @@ class DenseTemplate(Template):
         # Under DENSE_SPLIT_WORK one thread: threads share N, and the row-wise steps after it
         # (LayerNorm, a head split) then read half the output from the other core.
         mr = int(tile.split("x")[0])
-        k, n = (int(d) for d in _problem(wl)[1]["shape"])
-        work = wl.flops() + 4 * (m * k + k * n + m * n)
-        return space.validate({"regtile": tile, "order": "ji", "parallel": work >= DENSE_SPLIT_WORK,
+        return space.validate({"regtile": tile, "order": "ji", "parallel": work_estimate(wl) >= DENSE_SPLIT_WORK,
                                "MB": 32, "NB": 1 if m <= 32 * mr else 4, "KB": kb,
                                "tile_code": tile_codes(target)[1 if DEFAULT_VECTOR_IR else 0]})
 

@@ -210,9 +210,7 @@ class _Emitter:
             return self.load(src, [f"(({f}) // {s}) % {d}" if d != 1 else "0" for s, d in zip(_strides(ins), ins)])
         at = ["0"] * len(ins)
         for in_axes, out_axes in groups:
-            sub = [shape[a] for a in out_axes]
-            flat = " + ".join(f"({idx[a]}) * {st}" if st != 1 else f"({idx[a]})"
-                              for a, st, d in zip(out_axes, _strides(sub), sub) if d != 1) or "0"
+            flat = self.flat_expr([idx[a] for a in out_axes], [shape[a] for a in out_axes])
             live = [a for a in in_axes if ins[a] != 1]
             if len(live) <= 1:   # one input axis: the output axes' index within the group, no division
                 if live:

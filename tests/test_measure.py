@@ -22,6 +22,7 @@ def test_crash_and_hang_become_failed_results_and_the_run_goes_on(mlp_workload):
     dense = get_template("dense")
     cfg = dense.default_config(mlp_workload)
     inputs = [MeasureInput(mlp_workload, "dense", cfg, fault="crash"),
+              MeasureInput(mlp_workload, "dense", cfg, fault="sigkill"),
               MeasureInput(mlp_workload, "dense", cfg, fault="hang"),
               MeasureInput(mlp_workload, "dense", cfg)]
     builder, runner = LocalBuilder(timeout=300), LocalRunner(timeout=20, repeat=3, min_repeat_ms=2)
@@ -30,9 +31,10 @@ def test_crash_and_hang_become_failed_results_and_the_run_goes_on(mlp_workload):
     finally:
         builder.close()
         runner.close()
-    assert [r.status for r in results] == ["worker_died", "run_timeout", "ok"]
-    assert "died" in results[0].error and "no answer" in results[1].error
-    assert results[2].median > 0 and len(results[2].latencies) == 3
+    assert [r.status for r in results] == ["worker_died", "worker_died", "run_timeout", "ok"]
+    assert "exit code -11" in results[0].error and "exit code -9" in results[1].error   # here, no retry
+    assert "no answer" in results[2].error
+    assert results[3].median > 0 and len(results[3].latencies) == 3
 
 
 def test_wrong_result_is_recorded_not_ranked(mlp_workload, monkeypatch):

@@ -275,6 +275,22 @@ def test_a_crashing_kernel_costs_one_result_not_the_actor(stages, model_path):
     assert ray.get([a.ping.remote() for a in runner.actors]) == pids   # the same actor processes serve
 
 
+def test_a_worker_child_killed_from_outside_is_a_lost_node_retried_elsewhere(stages, model_path):
+    """Ray kills an exiting actor's children before the actor (`ray.kill`), so a reply can come
+    back first saying the child died: SIGKILL from outside is the node's loss, not the kernel's."""
+    builder, runner = stages
+    [task] = _tasks(model_path)
+    cfg = task.template.default_config(task.workload)
+    inputs = [MeasureInput(task.workload, task.template.name, cfg, fault="sigkill"),
+              MeasureInput(task.workload, task.template.name, cfg)]
+    pids = ray.get([a.ping.remote() for a in runner.actors])
+    retried = runner.retried
+    killed, fine = runner.run(inputs, builder.build(inputs))
+    assert killed.status == "worker_died" and "lost 3 times" in killed.error and "ChildKilled" in killed.error
+    assert fine.status == "ok" and runner.retried == retried + 2
+    assert ray.get([a.ping.remote() for a in runner.actors]) == pids   # the actors themselves never died
+
+
 def test_losing_a_whole_node_mid_run_the_driver_and_the_run_survive(stages, cluster, model_path, tmp_path):
     c, workers = cluster
     by_id = {n.node_id: n for n in workers}

@@ -38,6 +38,8 @@ def build_job(req: dict):
 def _fault(kind: str) -> None:
     if kind == "crash":
         os.kill(os.getpid(), signal.SIGSEGV)
+    if kind == "sigkill":   # as Ray kills an exiting actor's children, or the OOM killer does
+        os.kill(os.getpid(), signal.SIGKILL)
     if kind == "hang":
         time.sleep(10**6)
 

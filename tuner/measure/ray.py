@@ -20,7 +20,8 @@ Where things run, and why timings stay exclusive per node:
   compiles as Ray tasks anywhere (one CPU each, `NUMBA_NUM_THREADS=1`) and
   returns every kernel with its artifact.
 - Retries: a result lost to Ray itself (the actor's process killed, the actor
-  killed, its node gone) is submitted again to another healthy actor, up to
+  killed, its node gone, the actor's worker child SIGKILLed from outside: Ray
+  kills an exiting actor's children first, so `ray.kill` can show as that) is submitted again to another healthy actor, up to
   `retries` more times, and only then recorded as `worker_died`. The failed
   actor takes no new work until a ping says it is back (Ray restarts it:
   `max_restarts`; a failed ping is tried again while its node is alive); an
@@ -43,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import signal
 import socket
 import time
 import weakref
@@ -64,6 +66,12 @@ _tickets = itertools.count(1)
 
 class RayError(TensortuneError):
     """Ray is missing, no cluster answers at the address, or no node fits the filter."""
+
+
+class ChildKilled(Exception):
+    """Raised in an actor whose worker child was SIGKILLed by someone else: Ray killing the
+    exiting actor's children (`ray.kill`), or the OOM killer. The node lost the result, the
+    kernel did not crash, so the driver retries it elsewhere as for a lost actor."""
 
 
 def _import_ray():
@@ -153,10 +161,19 @@ class NodeRunner:
         if build.status == OK and build.kernel is not None and build.kernel.artifact is None:
             built, art = self._build(build.kernel.lowered.module)
             if built.status != OK:
+                self._raise_if_killed(built.status)
                 return MeasureResult(inp, built.status, error=built.error, compile_s=built.compile_s)
             build = BuildResult(OK, compile_s=built.compile_s, cached=built.cached,
                                 kernel=dataclasses.replace(build.kernel, artifact=art))
-        return self.local._run_one(inp, build)
+        r = self.local._run_one(inp, build)
+        self._raise_if_killed(r.status)
+        return r
+
+    def _raise_if_killed(self, status: str) -> None:
+        """A child that died of SIGKILL was killed from outside (a kernel crashes with SIGSEGV,
+        SIGBUS, SIGILL or an exit code; our own timeouts are not WORKER_DIED)."""
+        if status == WORKER_DIED and self.worker.last_exit == -signal.SIGKILL:
+            raise ChildKilled(f"the worker child on this node was SIGKILLed from outside (pid {os.getpid()})")
 
     def _build(self, module) -> tuple[BuildResult, object]:
         from tuner.measure.worker import WorkerDied, WorkerTimeout
@@ -360,7 +377,10 @@ class RayRunner(Runner):
                 r = ray.get(ref)
                 r.input = item.input   # the tuner's own object, not the copy that travelled
                 self.done.append((item.ticket, r))
-            except ray.exceptions.RayTaskError as e:   # the actor's code raised: a bug, one result
+            except ray.exceptions.RayTaskError as e:   # the actor's code raised: a bug, one result,
+                if isinstance(e.cause, ChildKilled):    # unless the node killed its child: retried
+                    self._lost(item, e)
+                    continue
                 self.done.append((item.ticket, MeasureResult(item.input, RUNTIME_ERROR,
                                                              error=f"runner actor: {e}"[:2000],
                                                              compile_s=item.build.compile_s)))

@@ -15,7 +15,7 @@ class MeasureInput:
     workload: Workload
     template: str
     config: Config
-    fault: str = ""   # test-only hook: "crash" or "hang" makes the worker misbehave on purpose
+    fault: str = ""   # test-only hook: "crash", "hang", "sigkill" make the worker misbehave on purpose
 
 
 @dataclass

@@ -70,6 +70,7 @@ class Worker:
         self._to_child = self._from_child = -1
         self._lock = threading.Lock()
         self._caller: int | None = None   # thread of the call in flight, if any
+        self.last_exit: int | None = None  # exit status of the child that died last (-9: SIGKILLed)
 
     def _ensure(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -111,6 +112,7 @@ class Worker:
             return _recv(self._from_child)
         except (EOFError, OSError, pickle.UnpicklingError) as e:
             code = self.proc.poll() if self.proc else None
+            self.last_exit = code
             self.kill()
             raise WorkerDied(f"worker process died (exit code {code}): {type(e).__name__}: {e}") from None
         finally:

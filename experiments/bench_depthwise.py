@@ -2,11 +2,12 @@
 side with onnxruntime, 1 thread, CPU time of the calling thread, interleaved rounds, medians.
 
     python experiments/bench_depthwise.py [--rounds 5] [--only SUBSTR] [--tiles 2x16,4x8]
-        [--blocked-tiles 8x8,14x16] [--nets V2@224]
+        [--vec-tiles 4x16,2x32] [--blocked-tiles 8x8,14x16] [--nets V2@224]
 
 Per layer: `dw_blocked` (channel blocks, vectors along channels) for each blocked tile given
 (pixels x channels of a block), `depthwise` (NCHW as it is, vectors along a row's pixels) for
-each tile given, the template's default, and onnxruntime's
+each tile given (`--tiles`: its SLP code; `--vec-tiles`: its vector-IR code, `row_taps`), the
+template's default, and onnxruntime's
 Conv + Relu alone (which runs its NCHWc kernel between a reorder of the input and of the output:
 inside a model those reorders are shared by neighbouring convs, so its in-model time is lower).
 """
@@ -27,6 +28,7 @@ from codegen import compile_kernel  # noqa: E402
 from codegen.backend import get_backend  # noqa: E402
 from ir.settings import Settings, use  # noqa: E402
 from schedules import get_template  # noqa: E402
+from schedules.microkernel import tile_codes  # noqa: E402
 from tests.template_cases import conv_wl, precompile  # noqa: E402
 
 # (net, channels, input size, kernel, stride): MobileNetV2-style at 96x96 (experiments/models/make_mobilenet.py),
@@ -46,6 +48,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", default="")
     ap.add_argument("--tiles", default="2x16,4x8,4x16")
+    ap.add_argument("--vec-tiles", default="4x16,2x32")
     ap.add_argument("--blocked-tiles", default="8x8")
     ap.add_argument("--nets", default="", help="comma-separated nets (V2@96, V2@224, V3@32, V3@224); "
                     "V2@224 means every MobileNetV2 depthwise layer")
@@ -58,15 +61,23 @@ def main(argv=None) -> int:
     layers = [lay for lay in pool if args.only in f"{lay[0]} {lay[1]}@{lay[2]}/{lay[4]}" and (not nets or lay[0] in nets)]
     wls = [conv_wl(1, c, h, h, c, k=k, s=s, p=k // 2, g=c, epi=("relu",)) for _, c, h, k, s in layers]
     btiles = [t for t in args.blocked_tiles.split(",") if t]
-    names = [f"dw_blocked {t}" for t in btiles] + [f"depthwise {t}" for t in args.tiles.split(",") if t]
+    vtiles = [t for t in args.vec_tiles.split(",") if t]
+    names = [f"dw_blocked {t}" for t in btiles] + [f"depthwise {t}" for t in args.tiles.split(",") if t] \
+        + [f"depthwise vec {t}" for t in vtiles]
+    vec = tile_codes()[1]
 
     def configs(wl):
         base = conv.default_config(wl).to_json()
         out = {"default": conv.default_config(wl)}
         for t in btiles:
-            out[f"dw_blocked {t}"] = conv.space(wl).validate({**base, "algo": "dw_blocked", "regtile": t, "PB": 16})
+            out[f"dw_blocked {t}"] = conv.space(wl).validate({**base, "algo": "dw_blocked", "regtile": t, "PB": 16,
+                                                                "tile_code": "slp"})
         for t in [t for t in args.tiles.split(",") if t]:
-            out[f"depthwise {t}"] = conv.space(wl).validate({**base, "algo": "depthwise", "regtile": t, "PB": 1})
+            out[f"depthwise {t}"] = conv.space(wl).validate({**base, "algo": "depthwise", "regtile": t, "PB": 1,
+                                                              "tile_code": "slp"})
+        for t in vtiles:
+            out[f"depthwise vec {t}"] = conv.space(wl).validate({**base, "algo": "depthwise", "regtile": t, "PB": 1,
+                                                                  "tile_code": vec})
         return out
     cfgs = [configs(wl) for wl in wls]
     precompile("conv2d", [(wl, c) for wl, cs in zip(wls, cfgs) for c in cs.values()])

@@ -36,7 +36,7 @@ def config(wl, **code):
     """The default config with `code` over it; another algorithm than the default's blocked one
     gets the knobs that only the blocked tile has at their plain values."""
     base = CONV.default_config(wl).to_json()
-    if code.get("algo", base["algo"]) != "blocked" and "tile_code" in base:
+    if code.get("algo", base["algo"]) != "blocked" and "KC" in base:
         base.update(tile_code="slp", KC=0)
     return CONV.space(wl).validate({**base, **code})
 
@@ -68,7 +68,7 @@ def test_space_knobs_and_code_shapes():
     recorded = {**{k: v for k, v in CONV.default_config(wl).to_json().items() if k != "tile_code"}, "regtile": "6x16"}
     assert space.validate(recorded)["tile_code"] == "slp"   # records made before the knob: as they ran
     dw = depthwise_wl(1, 32, 56, 56)
-    assert {k.name for k in CONV.space(dw).knobs if k.code_shape} == {"algo", "regtile"}
+    assert {k.name for k in CONV.space(dw).knobs if k.code_shape} == {"algo", "regtile", "tile_code"}
     assert CONV.matches(wl) and CONV.matches(conv_wl(1, 8, 7, 7, 8, g=8, bias=False))
 
 
@@ -183,6 +183,34 @@ def test_dw_blocked_pads_channel_blocks_with_a_multiplier_and_hardswish(compiled
     assert launch.steps[0].items == 2 * 2, "13 channels in two blocks of 8 x 6 output rows in bands of 4"
     check(CONV, wl, cfg)
     check(CONV, depthwise_wl(1, 13, 10, 13, epi=("relu",), **geo), cfg)   # stride 2 without the multiplier
+
+
+@pytest.mark.parametrize("wl, tile", [
+    (depthwise_wl(1, 8, 24, 24, s=2, epi=("clip",)), "4x16"),                   # 12-pixel rows: tiles through ct
+    (depthwise_wl(1, 5, 9, 11, s=2, epi=("res", "relu")), "4x8"),               # residual: every tile through ct
+    (depthwise_wl(2, 4, 9, 11, mult=2, k=3, s=1, p=2, d=2, epi=("chan", "relu")), "2x16"),   # dilation, multiplier
+    (depthwise_wl(1, 3, 5, 6, k=5, s=2, p=2, epi=("relu",)), "4x16"),           # a plane smaller than the tile
+    (depthwise_wl(1, 6, 13, 13, k=3, s=1, p=1, bias=False), "2x32"),            # no epilogue, no bias
+    (depthwise_wl(1, 4, 12, 40, k=3, s=3, p=1, epi=("relu",)), "4x8"),          # stride 3, tiles moved back
+], ids=["s2-narrow", "s2-residual", "dilated-mult", "5x5-tiny", "plain", "s3"])
+def test_depthwise_vector_ir_tile_matches_numpy(wl, tile):
+    """tile_code vec<lanes>: one `row_taps` call per tile on the plain padded plane, a strided
+    conv's pixels picked from contiguous loads; full tiles stored in place with the epilogue
+    after, edge and residual tiles through ct."""
+    code = tile_codes()[1]
+    cfg = config(wl, algo="depthwise", regtile=tile, PB=1, tile_code=code)
+    src = render(CONV.lower(wl, cfg).module)
+    assert "row_taps(" in src and "xp[ud + np.uint64(1)" not in src, "no phase split"
+    check(CONV, wl, cfg)
+
+
+def test_only_the_depthwise_algorithm_has_a_vector_ir_tile():
+    wl = depthwise_wl(1, 16, 12, 12, s=2, epi=("relu",))
+    space = CONV.space(wl)
+    with pytest.raises(ConfigError, match="dw_blocked's tile is SLP"):
+        space.validate({**CONV.default_config(wl).to_json(), "algo": "dw_blocked", "tile_code": tile_codes()[1]})
+    recorded = {k: v for k, v in CONV.default_config(wl).to_json().items() if k != "tile_code"}
+    assert space.validate(recorded)["tile_code"] == "slp"   # records made before the knob run the code they ran
 
 
 def test_dw_blocked_stride_one_matches_numpy(compiled):

@@ -61,7 +61,8 @@ from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
 from schedules.templates.conv2d_blocked import (DEFAULT_VECTOR_IR, channel_block, conv_blocked, pack_w_blocked,
                                                 pad_blocked, pixel_run, residual_split, tap_order)
-from schedules.templates.conv2d_depthwise import (DWB_ALL_TILES, conv_depthwise, conv_depthwise_rows, dwb_default_tile,
+from schedules.templates.conv2d_depthwise import (DWB_ALL_TILES, conv_depthwise, conv_depthwise_rows,
+                                                  conv_depthwise_vector, dwb_default_tile,
                                                   dwb_tiles, pack_w_depthwise)
 
 # MR x NR; NR is the vectorized axis (see `vec`). With 16 vector registers (AVX2, or AVX-512
@@ -180,6 +181,7 @@ class Conv2dTemplate(Template):
                 Knob("regtile", tuple(dict.fromkeys(dwb_tiles(target) + DW_TILES))),
                 Knob("parallel", (True, False), code_shape=False),
                 Knob("PB", BLOCKS, code_shape=False),
+                Knob("tile_code", tile_codes(target), before="slp"),   # `depthwise`'s code: SLP or row_taps
             ], constraint=_depthwise_tiles)
         return ConfigSpace([
             Knob("algo", ("direct", "im2col", "blocked")),
@@ -444,22 +446,31 @@ class Conv2dTemplate(Template):
                                       workspaces=work, tables=tables))
 
     def _lower_depthwise(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
-        """Depthwise on NCHW as it is (`conv2d_depthwise.conv_depthwise_rows`): one kernel that
-        pads each plane into a thread-local buffer, vectors along the pixels of a row."""
+        """Depthwise on NCHW as it is: one kernel that pads each plane into a thread-local
+        buffer, vectors along the pixels of a row; the tile SLP-vectorized from a phase-split
+        plane (`conv2d_depthwise.conv_depthwise_rows`, tile_code "slp") or one vector-IR call
+        reading the plain padded plane at the stride (`conv_depthwise_vector`)."""
         mr, nr = _tile_dims(cfg["regtile"])
         N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
         OC = int(wl.inputs[1]["shape"][0])
         OH, OW = (int(d) for d in wl.output_shape[2:])
         KH, KW = geo["KH"], geo["KW"]
-        module = LoopModule((conv_depthwise_rows(mr, nr, geo, epi),),
-                            doc=f"conv2d kernel: depthwise regtile={mr}x{nr} kernel={KH}x{KW} "
+        lanes = tile_lanes(cfg.get("tile_code", "slp"), nr)
+        if lanes is None:
+            kernel, code = conv_depthwise_rows(mr, nr, geo, epi), "slp"
+            hp, wq = _padded_size(geo, max(OH, mr), max(OW, nr))   # tiles end inside a plane of at least MR x NR
+        else:   # one plain padded plane (no phase split); a tile's last load reads S - 1 past its window
+            kernel, code = conv_depthwise_vector(mr, nr, lanes, geo, epi), f"vec{lanes}"
+            hp, wq = _padded_size(geo, max(OH, mr), 1)[0], max(OW, nr) * geo["SW"] + (KW - 1) * geo["DW"]
+        module = LoopModule((kernel,),
+                            doc=f"conv2d kernel: depthwise regtile={mr}x{nr} ({code}) kernel={KH}x{KW} "
                             f"stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
                             f"epilogue {[st[0]['op'] for st in epi.steps]}",
                             meta={"template": f"conv2d v{self.version}"})
         bias, tables = _bias(wl, OC)
         extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
-        hp, wq = _padded_size(geo, max(OH, mr), max(OW, nr))   # tiles end inside a plane of at least MR x NR
-        step = Call("conv", (In(0, (N, C * H * W), "float32"), In(1, (OC, KH * KW), "float32"), bias, *extras,
+        weights = In(1, (OC, KH * KW) if lanes is None else (OC * KH * KW,), "float32")
+        step = Call("conv", (In(0, (N, C * H * W), "float32"), weights, bias, *extras,
                              Out((N, OC * OH * OW)),
                              *(Scalar(v) for v in (N, C, OC, H, W, OH, OW, hp, wq, geo["PT"], geo["PL"]))),
                     items=N * C, parallel=cfg["parallel"])
@@ -504,6 +515,8 @@ def _depthwise_tiles(values: dict) -> str | None:
         return f"dw_blocked tiles are pixels x channels of a block: {', '.join(DWB_ALL_TILES)}"
     if algo == "depthwise" and (tile not in DW_TILES or values.get("PB", 1) != 1):
         return f"depthwise tiles are rows x pixels ({', '.join(DW_TILES)}), one plane per work item (PB=1)"
+    if algo == "dw_blocked" and values.get("tile_code", "slp") != "slp":
+        return "dw_blocked's tile is SLP code (tile_code='slp'); the vector-IR tile is the depthwise algorithm's"
     return None
 
 

@@ -27,7 +27,7 @@ the output is read and written through flat per-image views (no view per channel
 from __future__ import annotations
 
 from schedules.epilogue import Epilogue
-from schedules.loopnest import Alloc, Assign, Comment, For, Function, If, Param, thread_share, unflatten
+from schedules.loopnest import Alloc, Assign, Call, Comment, For, Function, If, Param, thread_share, unflatten
 from schedules.microkernel import F0, pick_tiles, vector_shape
 from schedules.templates.conv2d_blocked import buffered_store
 
@@ -271,6 +271,69 @@ def conv_depthwise_rows(mr: int, nr: int, geo: dict, epi: Epilogue) -> Function:
         )),
     )
     params = (Param("X", "float32[:, ::1]"), Param("Wd", "float32[:, ::1]"), Param("bias", "float32[::1]")) \
+        + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, ::1]"),) + tuple(
+        Param(n, "int64") for n in ("N", "C", "OC", "H", "W", "OH", "OW", "HP", "WQ", "PT", "PL", "t", "T"))
+    return Function("conv", params, epi.prelude() + body)
+
+
+def conv_depthwise_vector(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue) -> Function:
+    """The `depthwise` kernel's vector-IR code (tile_code "vec<lanes>"): NCHW as it is, one
+    `codegen.vector_tile.row_taps` call per tile of MR output rows x NR pixels of a row. Per
+    work item (n, input plane) the plane is copied into the thread-local zero-bordered `xp`
+    (rows of WQ, no phase split: `pad_plane_flat` at stride 1), then per channel multiplier m
+    and tile one call: the bias starts the accumulators, the taps are unrolled, a strided conv
+    picks every S-th lane of contiguous loads (no phase-split copy, no regroup into channel
+    blocks). On MobileNetV2's layers within 5-10 % of the SLP code and of `dw_blocked` either way
+    (experiments/bench_depthwise.py): a tuning option, not a default. A full tile is stored into the output row-major and the
+    epilogue runs over it in place; a tile past the plane, or any tile where a residual input may be
+    the output itself (`Epilogue.reads_output_sized`), goes through `ct`. Without such extras a
+    row's last tile and the plane's last row tile move back to end at the edge (recomputing
+    a few pixels), so planes of at least MR x NR store full tiles only."""
+    g = geo
+    s, flat = g["SW"], dict(geo, SW=1)
+    back = not epi.reads_output_sized
+    taps = f"{g['KH']}, {g['KW']}, {g['DW']}, {s}, {nr}, {lanes}"
+    rows = ", ".join(f"(oh0 + {r}) * {g['SH']} * WQ + ow0 * {s}" for r in range(mr))
+
+    def call(out: str, offset: str, stride: str) -> Call:
+        return Call(f"row_taps(xp, ({rows},), {g['DH']} * WQ, Wd, oc * KK, bo, {out}, {offset}, {stride}, {taps})")
+    in_place = [call("oimg", "(oc * OH + oh0) * OW + ow0", "OW")]
+    if epi.steps:
+        assigns, result = epi.emit("v", "n * OC + oc", "(oh0 + r) * OW + ow0 + q", "e", c="oc")
+        in_place.append(For("r", "0", str(mr), (
+            Assign("ob", "np.uint64((oc * OH + oh0 + r) * OW + ow0)"),
+            For("q", "0", str(nr), (Assign("uq", "ob + np.uint64(q)"), Assign("v", "oimg[uq]"))
+                + tuple(Assign(n, e) for n, e in assigns) + (Assign("oimg[uq]", result),)),
+        )))
+    assigns, result = epi.emit("v", "n * OC + oc", "oh * OW + ow0 + q", "e", c="oc")
+    through_ct = (call("ct", "0", str(nr)), For("r", "0", f"min({mr}, OH - oh0)", (
+        Assign("oh", "oh0 + r"), Assign("ob", "np.uint64((oc * OH + oh) * OW + ow0)"),
+        For("q", "0", f"min({nr}, OW - ow0)", (Assign("v", f"ct[np.uint64(r * {nr} + q)]"),)
+            + tuple(Assign(n, e) for n, e in assigns) + (Assign("oimg[ob + np.uint64(q)]", result),)),
+    )))
+    tile = (
+        Assign("ow0", f"min(owt * {nr}, max(0, OW - {nr}))" if back else f"owt * {nr}"),
+        Comment(f"{mr}x{nr} depthwise tile (rows x pixels), one row_taps call ({lanes}-float vectors)"),
+        *((If(f"oh0 + {mr} <= OH and ow0 + {nr} <= OW", tuple(in_place), through_ct),) if back else through_ct),
+    )
+    body = (
+        Assign("M", "OC // C"), Assign("KK", str(g["KH"] * g["KW"])),
+        Assign("n_ht", f"(OH + {mr - 1}) // {mr}"), Assign("n_owt", f"(OW + {nr - 1}) // {nr}"),
+        Alloc("ct", (str(mr * nr),)), Alloc("xp", ("HP * WQ",)), *zero_plane(flat),
+        thread_share("it", "N * C", body=(
+            Assign("n", "it // C"), Assign("ic", "it % C"),
+            Assign("xn", "X[n]"), Assign("oimg", "out[n]"),
+            *pad_plane_flat(flat),
+            For("m", "0", "M", (
+                Assign("oc", "ic * M + m"), Assign("bo", "bias[oc]"),
+                For("ht", "0", "n_ht", (
+                    Assign("oh0", f"min(ht * {mr}, max(0, OH - {mr}))" if back else f"ht * {mr}"),
+                    For("owt", "0", "n_owt", tile),
+                )),
+            )),
+        )),
+    )
+    params = (Param("X", "float32[:, ::1]"), Param("Wd", "float32[::1]"), Param("bias", "float32[::1]")) \
         + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, ::1]"),) + tuple(
         Param(n, "int64") for n in ("N", "C", "OC", "H", "W", "OH", "OW", "HP", "WQ", "PT", "PL", "t", "T"))
     return Function("conv", params, epi.prelude() + body)

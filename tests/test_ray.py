@@ -261,15 +261,21 @@ def test_a_candidate_recorded_worker_died_only_after_its_retries_and_the_actors_
     assert [x.status for x in runner.run(again, builder.build(again))] == ["ok"] * 3   # restarted actors serve
 
 
-def test_a_crashing_kernel_costs_one_result_not_the_actor(stages, model_path):
+def _faulty_then_fine(stages, model_path, fault):
+    """Measure a candidate with `fault`, then a fine one, in one batch: (results, the actors'
+    processes before, the runner's retries before)."""
     builder, runner = stages
     [task] = _tasks(model_path)
     cfg = task.template.default_config(task.workload)
-    inputs = [MeasureInput(task.workload, task.template.name, cfg, fault="crash"),
+    inputs = [MeasureInput(task.workload, task.template.name, cfg, fault=fault),
               MeasureInput(task.workload, task.template.name, cfg)]
-    pids = ray.get([a.ping.remote() for a in runner.actors])
-    retried = runner.retried
-    crashed, fine = runner.run(inputs, builder.build(inputs))
+    pids, retried = ray.get([a.ping.remote() for a in runner.actors]), runner.retried
+    return runner.run(inputs, builder.build(inputs)), pids, retried
+
+
+def test_a_crashing_kernel_costs_one_result_not_the_actor(stages, model_path):
+    runner = stages[1]
+    (crashed, fine), pids, retried = _faulty_then_fine(stages, model_path, "crash")
     assert crashed.status == "worker_died" and "worker process died" in crashed.error   # its child, not the actor
     assert fine.status == "ok" and runner.retried == retried   # not retried elsewhere
     assert ray.get([a.ping.remote() for a in runner.actors]) == pids   # the same actor processes serve
@@ -278,14 +284,8 @@ def test_a_crashing_kernel_costs_one_result_not_the_actor(stages, model_path):
 def test_a_worker_child_killed_from_outside_is_a_lost_node_retried_elsewhere(stages, model_path):
     """Ray kills an exiting actor's children before the actor (`ray.kill`), so a reply can come
     back first saying the child died: SIGKILL from outside is the node's loss, not the kernel's."""
-    builder, runner = stages
-    [task] = _tasks(model_path)
-    cfg = task.template.default_config(task.workload)
-    inputs = [MeasureInput(task.workload, task.template.name, cfg, fault="sigkill"),
-              MeasureInput(task.workload, task.template.name, cfg)]
-    pids = ray.get([a.ping.remote() for a in runner.actors])
-    retried = runner.retried
-    killed, fine = runner.run(inputs, builder.build(inputs))
+    runner = stages[1]
+    (killed, fine), pids, retried = _faulty_then_fine(stages, model_path, "sigkill")
     assert killed.status == "worker_died" and "lost 3 times" in killed.error and "ChildKilled" in killed.error
     assert fine.status == "ok" and runner.retried == retried + 2
     assert ray.get([a.ping.remote() for a in runner.actors]) == pids   # the actors themselves never died

@@ -257,23 +257,33 @@ def conv_depthwise_rows(mr: int, nr: int, geo: dict, epi: Epilogue) -> Function:
         Assign("n_ht", f"(OH + {mr - 1}) // {mr}"), Assign("n_owt", f"(OW + {nr - 1}) // {nr}"),
         *(Assign(f"u{q}", f"np.uint64({q})") for q in range(nr)),
         Alloc("ct", (str(mr), str(nr))), Alloc("xp", (f"HP * {s} * WQ",)), *zero_plane(g),
-        thread_share("it", "N * C", body=(
-            Assign("n", "it // C"), Assign("ic", "it % C"),
-            Assign("xn", "X[n]"), Assign("oimg", "out[n]"),
-            *pad_plane_flat(g),
-            For("m", "0", "M", (
-                Assign("oc", "ic * M + m"), Assign("bo", "bias[oc]"), Assign("wk", "Wd[oc]"),
-                For("ht", "0", "n_ht", (
-                    Assign("oh0", f"min(ht * {mr}, max(0, OH - {mr}))" if back else f"ht * {mr}"),
-                    For("owt", "0", "n_owt", tile),
-                )),
+        _per_plane(pad_plane_flat(g), (Assign("wk", "Wd[oc]"),), tile, mr, back),
+    )
+    return Function("conv", _plane_params("float32[:, ::1]", epi), epi.prelude() + body)
+
+
+def _per_plane(pad: tuple, per_channel: tuple, tile: tuple, mr: int, back: bool):
+    """The NCHW depthwise kernels' work: copy t of T's share of the (n, input plane) items; per
+    item the plane's copy (`pad`), then per channel multiplier m the rows of tiles (the last row
+    tile moved back to end at the plane's edge where `back`)."""
+    return thread_share("it", "N * C", body=(
+        Assign("n", "it // C"), Assign("ic", "it % C"),
+        Assign("xn", "X[n]"), Assign("oimg", "out[n]"),
+        *pad,
+        For("m", "0", "M", (
+            Assign("oc", "ic * M + m"), Assign("bo", "bias[oc]"), *per_channel,
+            For("ht", "0", "n_ht", (
+                Assign("oh0", f"min(ht * {mr}, max(0, OH - {mr}))" if back else f"ht * {mr}"),
+                For("owt", "0", "n_owt", tile),
             )),
         )),
-    )
-    params = (Param("X", "float32[:, ::1]"), Param("Wd", "float32[:, ::1]"), Param("bias", "float32[::1]")) \
+    ))
+
+
+def _plane_params(weights: str, epi: Epilogue) -> tuple:
+    return (Param("X", "float32[:, ::1]"), Param("Wd", weights), Param("bias", "float32[::1]")) \
         + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, ::1]"),) + tuple(
         Param(n, "int64") for n in ("N", "C", "OC", "H", "W", "OH", "OW", "HP", "WQ", "PT", "PL", "t", "T"))
-    return Function("conv", params, epi.prelude() + body)
 
 
 def conv_depthwise_vector(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue) -> Function:
@@ -320,20 +330,6 @@ def conv_depthwise_vector(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue
         Assign("M", "OC // C"), Assign("KK", str(g["KH"] * g["KW"])),
         Assign("n_ht", f"(OH + {mr - 1}) // {mr}"), Assign("n_owt", f"(OW + {nr - 1}) // {nr}"),
         Alloc("ct", (str(mr * nr),)), Alloc("xp", ("HP * WQ",)), *zero_plane(flat),
-        thread_share("it", "N * C", body=(
-            Assign("n", "it // C"), Assign("ic", "it % C"),
-            Assign("xn", "X[n]"), Assign("oimg", "out[n]"),
-            *pad_plane_flat(flat),
-            For("m", "0", "M", (
-                Assign("oc", "ic * M + m"), Assign("bo", "bias[oc]"),
-                For("ht", "0", "n_ht", (
-                    Assign("oh0", f"min(ht * {mr}, max(0, OH - {mr}))" if back else f"ht * {mr}"),
-                    For("owt", "0", "n_owt", tile),
-                )),
-            )),
-        )),
+        _per_plane(pad_plane_flat(flat), (), tile, mr, back),
     )
-    params = (Param("X", "float32[:, ::1]"), Param("Wd", "float32[::1]"), Param("bias", "float32[::1]")) \
-        + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, ::1]"),) + tuple(
-        Param(n, "int64") for n in ("N", "C", "OC", "H", "W", "OH", "OW", "HP", "WQ", "PT", "PL", "t", "T"))
-    return Function("conv", params, epi.prelude() + body)
+    return Function("conv", _plane_params("float32[::1]", epi), epi.prelude() + body)

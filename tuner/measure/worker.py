@@ -111,7 +111,12 @@ class Worker:
                 raise WorkerTimeout(f"no answer within {timeout:.0f} s")
             return _recv(self._from_child)
         except (EOFError, OSError, pickle.UnpicklingError) as e:
-            code = self.proc.poll() if self.proc else None
+            code = None
+            if self.proc is not None:   # its pipe closes before it can be reaped: wait for its status
+                try:
+                    code = self.proc.wait(2.0)
+                except subprocess.TimeoutExpired:
+                    pass
             self.last_exit = code
             self.kill()
             raise WorkerDied(f"worker process died (exit code {code}): {type(e).__name__}: {e}") from None

@@ -249,12 +249,15 @@ def regroup_channels(typingctx, X, x_offset, plane, Y, y_offset, n, CB, S):
 
 
 @intrinsic(prefer_literal=True)
-def row_taps(typingctx, X, x_offsets, x_rowstride, Wt, w_offset, bias, C, c_offset, c_rowstride,
+def row_taps(typingctx, X, x_offsets, x_rowstride, Wt, w_offset, bias, C, c_offset, c_rowstride, lo, hi,
              KH, KW, DW, S, NR, LANES):
     """A depthwise conv's MR output rows x NR pixels of one channel plane, in registers:
 
-        C[c_offset + r * c_rowstride + c] = bias + sum over kh < KH, kw < KW of
-            Wt[w_offset + kh * KW + kw] * X[x_offsets[r] + kh * x_rowstride + kw * DW + c * S]
+        C[c_offset + r * c_rowstride + c] = clamp(bias + sum over kh < KH, kw < KW of
+            Wt[w_offset + kh * KW + kw] * X[x_offsets[r] + kh * x_rowstride + kw * DW + c * S], lo, hi)
+
+    (clamp: a value below lo becomes lo, above hi hi, NaN stays NaN, as min(max(v, lo), hi) in
+    the generated Python: Relu and ReLU6 applied in registers; -inf and inf for none)
 
     (MR = len(x_offsets): each row's window start; x_rowstride: the input row step of a kernel
     row, dilation included). The taps are unrolled (KH, KW literals); per tap one broadcast
@@ -281,10 +284,11 @@ def row_taps(typingctx, X, x_offsets, x_rowstride, Wt, w_offset, bias, C, c_offs
                     ("c_rowstride", c_rowstride)):
         if not isinstance(t, types.Integer):
             raise TypingError(f"row_taps: {name} must be an integer, got {t}")
-    if not isinstance(bias, types.Float):
-        raise TypingError(f"row_taps: bias must be a float, got {bias}")
+    for name, t in (("bias", bias), ("lo", lo), ("hi", hi)):
+        if not isinstance(t, types.Float):
+            raise TypingError(f"row_taps: {name} must be a float, got {t}")
     mr = len(x_offsets)
-    sig = types.void(X, x_offsets, x_rowstride, Wt, w_offset, bias, C, c_offset, c_rowstride,
+    sig = types.void(X, x_offsets, x_rowstride, Wt, w_offset, bias, C, c_offset, c_rowstride, lo, hi,
                      KH, KW, DW, S, NR, LANES)
 
     def codegen(context, builder, sig, args):
@@ -292,7 +296,7 @@ def row_taps(typingctx, X, x_offsets, x_rowstride, Wt, w_offset, bias, C, c_offs
             return context.cast(builder, args[i], sig.args[i], types.int64)
 
         x_rs, w_off, c_off, c_rs = i64(2), i64(4), i64(7), i64(8)
-        b = context.cast(builder, args[5], sig.args[5], types.float32)
+        b, low, high = (context.cast(builder, args[i], sig.args[i], types.float32) for i in (5, 9, 10))
         x_data = context.make_array(sig.args[0])(context, builder, args[0]).data
         w_data = context.make_array(sig.args[3])(context, builder, args[3]).data
         c_data = context.make_array(sig.args[6])(context, builder, args[6]).data
@@ -319,10 +323,14 @@ def row_taps(typingctx, X, x_offsets, x_rowstride, Wt, w_offset, bias, C, c_offs
                         at = builder.add(row_base[r], ir.Constant(_I64, kw * dw_ + v * lanes * st))
                         accs[r][v] = builder.call(fma, [w, pixels(at), accs[r][v]])
         c_base = builder.gep(c_data, [c_off])
+        lo_v, hi_v = splat(low), splat(high)
         for r in range(mr):
             for v in range(nv):
+                a = accs[r][v]
+                a = builder.select(builder.fcmp_ordered("<", a, lo_v), lo_v, a)
+                a = builder.select(builder.fcmp_ordered(">", a, hi_v), hi_v, a)
                 at = builder.add(builder.mul(ir.Constant(_I64, r), c_rs), ir.Constant(_I64, v * lanes))
-                builder.store(accs[r][v], vector_at(c_base, at), align=4)
+                builder.store(a, vector_at(c_base, at), align=4)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -115,6 +115,26 @@ class Epilogue:
         and per-channel extras (Clip's bounds, a scale) are smaller than any output."""
         return any(e.mode == "full" for e in self.extras)
 
+    def clamp_bounds(self) -> tuple[str, str] | None:
+        """(lo, hi) expressions where the epilogue is nothing, one Relu, or one Clip of the chain
+        with constant or scalar bounds (ReLU6 as exporters write it), else None: a vector tile
+        (`codegen.vector_tile.row_taps`) clamps its accumulators in registers instead of a second
+        pass over its output. Clip(x) = min(max(x, lo), hi), so the bounds are the epilogue's own
+        expression at -inf and +inf (one rule for Relu, Clip by attributes or by inputs)."""
+        inf = "np.float32(np.inf)"
+        if not self.steps:
+            return f"-{inf}", inf
+        if len(self.steps) != 1 or any(e.mode != "scalar" for e in self.extras):
+            return None
+        op, args = self.steps[0]
+        if op["op"] not in ("Relu", "Clip") or args[0] != "chain" or "chain" in args[1:]:
+            return None
+        bounds = []
+        for end in (f"-{inf}", inf):
+            assigns, result = self.emit(f"({end})", "0", "0", "b")
+            bounds.append(dict(assigns)[result] if assigns else result)
+        return bounds[0], bounds[1]
+
     def prelude(self) -> tuple:
         """What a function taking `params()` runs first: its scalar extras (Clip's bounds, as
         exporters write ReLU6) read once into locals. Read as `e0[0]` at every element, LLVM

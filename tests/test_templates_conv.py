@@ -38,6 +38,8 @@ def config(wl, **code):
     base = CONV.default_config(wl).to_json()
     if code.get("algo", base["algo"]) != "blocked" and "KC" in base:
         base.update(tile_code="slp", KC=0)
+    if code.get("algo") == "dw_blocked":   # its tile is SLP code; a stride-1 depthwise default is vector IR
+        base["tile_code"] = "slp"
     return CONV.space(wl).validate({**base, **code})
 
 
@@ -521,7 +523,7 @@ def test_dw_blocked_avx512_channel_blocks_match_numpy(wl, tile):
     planes, strides 1 and 2, channel counts not a multiple of 16 and fused epilogues (LLVM splits
     the vectors where the machine has narrower ones, so this runs everywhere)."""
     cfg = CONV.space(wl, AVX512).validate({**CONV.default_config(wl, AVX512).to_json(), "algo": "dw_blocked",
-                                           "regtile": tile, "PB": 2})
+                                           "regtile": tile, "PB": 2, "tile_code": "slp"})
     assert f"NCHW{tile.split('x')[1]}c" in CONV.lower(wl, cfg).module.doc
     check(CONV, wl, cfg)
 
@@ -529,11 +531,14 @@ def test_dw_blocked_avx512_channel_blocks_match_numpy(wl, tile):
 @pytest.mark.parametrize("h, avx512", [(48, "4x16"), (24, "4x16"), (14, "4x8"), (12, "4x8")])
 def test_depthwise_rows_take_16_pixel_vectors_on_avx512(h, avx512):
     """Stride-1 depthwise convs on rows of >= 24 pixels run the 4x16 tile by default on AVX-512
-    (one zmm per row), narrower rows and AVX2 the 4x8; the default computes what NumPy does."""
+    (one zmm per row), narrower rows and AVX2 the 4x8, as vector-IR tiles of the target's lanes;
+    the default computes what NumPy does."""
     wl = depthwise_wl(1, 24, h, h, k=3, s=1, p=1, epi=("clip",))
     cfg = CONV.default_config(wl, AVX512)
-    assert (cfg["algo"], cfg["regtile"]) == ("depthwise", avx512)
-    assert CONV.default_config(wl, AVX2)["regtile"] == "4x8"
+    assert (cfg["algo"], cfg["regtile"], cfg["tile_code"]) == ("depthwise", avx512, "vec16")
+    assert (CONV.default_config(wl, AVX2)["regtile"], CONV.default_config(wl, AVX2)["tile_code"]) == ("4x8", "vec8")
+    src = render(CONV.lower(wl, cfg).module)
+    assert "row_taps(" in src and "oimg[uq]" not in src   # ReLU6 in registers: no pass over the tile
     check(CONV, wl, cfg)
 
 

@@ -272,30 +272,32 @@ def test_regroup_channels_matches_numpy_and_leaves_the_rest(backend, cb, stride)
                                                      (1, 8, 8, 3, 1, 3), (4, 8, 4, 1, 1, 1)])
 def test_row_taps_matches_numpy_and_writes_only_its_tile(backend, mr, nr, lanes, k, dw, stride):
     """`row_taps`: MR rows x NR pixels of a depthwise window sum (bias first) from per-row
-    offsets of a flat plane, dilation DW along a row, every `stride`-th pixel; the C tile at an
-    offset and row stride, nothing else written."""
+    offsets of a flat plane, dilation DW along a row, every `stride`-th pixel, clamped to [lo, hi];
+    the C tile at an offset and row stride, nothing else written."""
     from schedules.loopnest import Call
     rows = ", ".join(f"x0 + {r} * xr * {stride}" for r in range(mr))
-    call = Call(f"row_taps(X, ({rows},), xr, Wt, wo, bias, C, co, cr, {k}, {k}, {dw}, {stride}, {nr}, {lanes})")
+    call = Call(f"row_taps(X, ({rows},), xr, Wt, wo, bias, C, co, cr, lo, hi, {k}, {k}, {dw}, {stride}, {nr}, {lanes})")
     params = (Param("X", "float32[::1]"), Param("Wt", "float32[::1]"), Param("C", "float32[::1]"),
-              Param("bias", "float32")) + tuple(Param(n, "int64") for n in ("x0", "xr", "wo", "co", "cr"))
+              Param("bias", "float32"), Param("lo", "float32"), Param("hi", "float32")) \
+        + tuple(Param(n, "int64") for n in ("x0", "xr", "wo", "co", "cr"))
     fn = backend.load(backend.compile(LoopModule((Function("taps", params, (call,)),))))["taps"]
     rng = np.random.default_rng(mr * nr + k * stride)
     xr = nr * stride + (k - 1) * dw + 3                      # a row of the plane
     X = rng.standard_normal(xr * (mr * stride + k + 2)).astype(np.float32)
     Wt = rng.standard_normal(k * k + 5).astype(np.float32)
     x0, wo, co, cr, bias = 2, 5, 3, nr + 7, np.float32(0.25)
-    C = np.full(co + mr * cr, -7.0, np.float32)
-    fn(X, Wt, C, bias, x0, xr, wo, co, cr)
     want = np.full((mr, nr), bias, np.float64)
     for r in range(mr):
         for kh in range(k):
             for kw in range(k):
                 at = x0 + r * xr * stride + kh * xr + kw * dw + stride * np.arange(nr)
                 want[r] += Wt[wo + kh * k + kw] * X[at].astype(np.float64)
-    tile = np.stack([C[co + r * cr: co + r * cr + nr] for r in range(mr)])
-    np.testing.assert_allclose(tile, want, rtol=1e-5, atol=1e-5)
-    written = np.zeros(C.size, bool)
+    written = np.zeros(co + mr * cr, bool)
     for r in range(mr):
         written[co + r * cr: co + r * cr + nr] = True
-    assert (C[~written] == -7).all()
+    for lo, hi in ((-np.inf, np.inf), (0.0, np.inf), (-0.5, 0.75)):   # none, Relu, a Clip
+        C = np.full(co + mr * cr, -7.0, np.float32)
+        fn(X, Wt, C, bias, np.float32(lo), np.float32(hi), x0, xr, wo, co, cr)
+        tile = np.stack([C[co + r * cr: co + r * cr + nr] for r in range(mr)])
+        np.testing.assert_allclose(tile, np.clip(want, lo, hi), rtol=1e-5, atol=1e-5)
+        assert (C[~written] == -7).all()

@@ -211,8 +211,13 @@ class Conv2dTemplate(Template):
                 # rows, even on 16x16 and 8x8 5x5 (experiments/profile_untuned.md, 2026-12-02)
                 # AVX-512: rows of >= 24 pixels take 16-pixel vectors (4x16), 1.1-1.4x faster than 4x8 on
                 # MobileNetV2's 32@48, 32@112, 144@56, 192@28; on 14-pixel rows 0.8x (Emerald Rapids, 2026-12-06)
+                # The vector-IR tile (`row_taps`, Relu/ReLU6 in registers): as fast on wide rows, 1.1x
+                # faster on 12- and 14-pixel rows, and it compiles in 0.6 s against 1.2-1.9 s (MobileNetV2's
+                # stride-1 layers, Emerald Rapids, 2026-12-06, experiments/bench_conv.md)
                 tile = "4x16" if vector_shape(target)[0] >= 16 and ow >= 24 else "4x8"
-                return self.space(wl).validate({"algo": "depthwise", "regtile": tile, "parallel": par, "PB": 1})
+                return self.space(wl, target).validate({"algo": "depthwise", "regtile": tile, "parallel": par, "PB": 1,
+                                                        "tile_code": tile_codes(target)[1] if DEFAULT_VECTOR_IR
+                                                        else "slp"})
             # else vectors along 8-channel blocks: strided convs (a phase split copy of the
             # plane costs as much as the regroup) and tiny maps (7x7 and less waste most of a
             # row's vector), 1.0-3.1x faster than vectors along a plane's pixels there

@@ -293,10 +293,10 @@ def conv_depthwise_vector(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue
     (rows of WQ, no phase split: `pad_plane_flat` at stride 1), then per channel multiplier m
     and tile one call: the bias starts the accumulators, the taps are unrolled, a strided conv
     picks every S-th lane of contiguous loads (no phase-split copy, no regroup into channel
-    blocks). On MobileNetV2's layers within 5-10 % of the SLP code and of `dw_blocked` either way
-    (experiments/bench_depthwise.py): a tuning option, not a default. A full tile is stored into the output row-major and the
-    epilogue runs over it in place; a tile past the plane, or any tile where a residual input may be
-    the output itself (`Epilogue.reads_output_sized`), goes through `ct`. Without such extras a
+    blocks). A Relu or ReLU6 epilogue is applied in registers (`Epilogue.clamp_bounds`); a
+    full tile is stored into the output row-major, any other epilogue run over it in place
+    after; a tile past the plane, or any tile where a residual input may be the output itself
+    (`Epilogue.reads_output_sized`), goes through `ct`. Without such extras a
     row's last tile and the plane's last row tile move back to end at the edge (recomputing
     a few pixels), so planes of at least MR x NR store full tiles only."""
     g = geo
@@ -305,17 +305,21 @@ def conv_depthwise_vector(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue
     taps = f"{g['KH']}, {g['KW']}, {g['DW']}, {s}, {nr}, {lanes}"
     rows = ", ".join(f"(oh0 + {r}) * {g['SH']} * WQ + ow0 * {s}" for r in range(mr))
 
+    clamp = epi.clamp_bounds()   # Relu, ReLU6 or nothing: applied in registers, no pass over the tile
+    lo, hi = clamp or ("np.float32(-np.inf)", "np.float32(np.inf)")
+
     def call(out: str, offset: str, stride: str) -> Call:
-        return Call(f"row_taps(xp, ({rows},), {g['DH']} * WQ, Wd, oc * KK, bo, {out}, {offset}, {stride}, {taps})")
+        return Call(f"row_taps(xp, ({rows},), {g['DH']} * WQ, Wd, oc * KK, bo, {out}, {offset}, {stride}, "
+                    f"{lo}, {hi}, {taps})")
     in_place = [call("oimg", "(oc * OH + oh0) * OW + ow0", "OW")]
-    if epi.steps:
+    if clamp is None:
         assigns, result = epi.emit("v", "n * OC + oc", "(oh0 + r) * OW + ow0 + q", "e", c="oc")
         in_place.append(For("r", "0", str(mr), (
             Assign("ob", "np.uint64((oc * OH + oh0 + r) * OW + ow0)"),
             For("q", "0", str(nr), (Assign("uq", "ob + np.uint64(q)"), Assign("v", "oimg[uq]"))
                 + tuple(Assign(n, e) for n, e in assigns) + (Assign("oimg[uq]", result),)),
         )))
-    assigns, result = epi.emit("v", "n * OC + oc", "oh * OW + ow0 + q", "e", c="oc")
+    assigns, result = epi.emit("v", "n * OC + oc", "oh * OW + ow0 + q", "e", c="oc") if clamp is None else ([], "v")
     through_ct = (call("ct", "0", str(nr)), For("r", "0", f"min({mr}, OH - oh0)", (
         Assign("oh", "oh0 + r"), Assign("ob", "np.uint64((oc * OH + oh) * OW + ow0)"),
         For("q", "0", f"min({nr}, OW - ow0)", (Assign("v", f"ct[np.uint64(r * {nr} + q)]"),)

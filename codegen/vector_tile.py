@@ -80,21 +80,15 @@ def tile_fma(typingctx, A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k, C,
     nr, lanes = _literal_int(NR, "NR"), _literal_int(LANES, "LANES")
     if lanes < 1 or nr < lanes or nr % lanes:
         raise TypingError(f"tile_fma: NR={nr} is not a multiple of LANES={lanes}")
-    for name, arr in (("A", A), ("B", B), ("C", C)):
-        if not isinstance(arr, types.Array) or arr.dtype != types.float32:
-            raise TypingError(f"tile_fma: {name} must be a float32 array, got {arr}")
-    if not isinstance(a_offsets, types.BaseTuple) or not len(a_offsets) \
-            or not all(isinstance(t, types.Integer) for t in a_offsets):
-        raise TypingError(f"tile_fma: a_offsets must be a tuple of integers (one per tile row), got {a_offsets}")
+    _require_arrays("tile_fma", (("A", A), ("B", B), ("C", C)))
+    _require_offsets("tile_fma", "a_offsets", a_offsets, "one per tile row")
     levels = _nest_levels(n_k)
     columns = _int_triple(c_rowstride)
     if columns and levels is None:
         raise TypingError("tile_fma: a column-major C tile ((c_colstride, m, n) as c_rowstride) needs the nest form")
-    for name, t in (("a_kstride", a_kstride), ("b_offset", b_offset), ("b_kstride", b_kstride),
-                    ("c_offset", c_offset)) + ((("c_rowstride", c_rowstride),) if not columns else ()) \
-            + ((("n_k", n_k),) if levels is None else ()):
-        if not isinstance(t, types.Integer):
-            raise TypingError(f"tile_fma: {name} must be an integer, got {t}")
+    _require_integers("tile_fma", (("a_kstride", a_kstride), ("b_offset", b_offset), ("b_kstride", b_kstride),
+                                   ("c_offset", c_offset)) + ((("c_rowstride", c_rowstride),) if not columns else ())
+                      + ((("n_k", n_k),) if levels is None else ()))
     if not isinstance(accumulate, (types.Boolean, types.Integer)):
         raise TypingError(f"tile_fma: accumulate must be a boolean, got {accumulate}")
     mr = len(a_offsets)
@@ -185,12 +179,8 @@ def regroup_channels(typingctx, X, x_offset, plane, Y, y_offset, n, CB, S):
         raise TypingError(f"regroup_channels: CB={cb} is not a power of two")
     if st < 1:
         raise TypingError(f"regroup_channels: S={st} is not a positive stride")
-    for name, arr in (("X", X), ("Y", Y)):
-        if not isinstance(arr, types.Array) or arr.dtype != types.float32:
-            raise TypingError(f"regroup_channels: {name} must be a float32 array, got {arr}")
-    for name, t in (("x_offset", x_offset), ("plane", plane), ("y_offset", y_offset), ("n", n)):
-        if not isinstance(t, types.Integer):
-            raise TypingError(f"regroup_channels: {name} must be an integer, got {t}")
+    _require_arrays("regroup_channels", (("X", X), ("Y", Y)))
+    _require_integers("regroup_channels", (("x_offset", x_offset), ("plane", plane), ("y_offset", y_offset), ("n", n)))
     sig = types.int64(X, x_offset, plane, Y, y_offset, n, CB, S)
 
     def codegen(context, builder, sig, args):
@@ -256,11 +246,10 @@ def row_taps(typingctx, X, x_offsets, x_rowstride, Wt, w_offset, bias, C, c_offs
         C[c_offset + r * c_rowstride + c] = clamp(bias + sum over kh < KH, kw < KW of
             Wt[w_offset + kh * KW + kw] * X[x_offsets[r] + kh * x_rowstride + kw * DW + c * S], lo, hi)
 
-    (clamp: a value below lo becomes lo, above hi hi, NaN stays NaN, as min(max(v, lo), hi) in
-    the generated Python: Relu and ReLU6 applied in registers; -inf and inf for none)
-
     (MR = len(x_offsets): each row's window start; x_rowstride: the input row step of a kernel
-    row, dilation included). The taps are unrolled (KH, KW literals); per tap one broadcast
+    row, dilation included; clamp: below lo becomes lo, above hi becomes hi, NaN stays NaN, as
+    min(max(v, lo), hi) in the generated Python: Relu and ReLU6 in registers, -inf and inf for
+    none). The taps are unrolled (KH, KW literals); per tap one broadcast
     weight, per row and vector of LANES pixels one load and one FMA; the bias starts the
     accumulators. A stride S > 1 loads LANES * S contiguous elements and keeps every S-th lane
     (one permute with a memory operand on AVX-512), so a strided conv reads its padded NCHW
@@ -274,16 +263,10 @@ def row_taps(typingctx, X, x_offsets, x_rowstride, Wt, w_offset, bias, C, c_offs
                                                                      (NR, "NR"), (LANES, "LANES")))
     if lanes < 1 or nr < lanes or nr % lanes or min(kh_, kw_, dw_, st) < 1:
         raise TypingError(f"row_taps: NR={nr} must be a multiple of LANES={lanes}; KH, KW, DW, S >= 1")
-    for name, arr in (("X", X), ("Wt", Wt), ("C", C)):
-        if not isinstance(arr, types.Array) or arr.dtype != types.float32:
-            raise TypingError(f"row_taps: {name} must be a float32 array, got {arr}")
-    if not isinstance(x_offsets, types.BaseTuple) or not len(x_offsets) \
-            or not all(isinstance(t, types.Integer) for t in x_offsets):
-        raise TypingError(f"row_taps: x_offsets must be a tuple of integers (one per row), got {x_offsets}")
-    for name, t in (("x_rowstride", x_rowstride), ("w_offset", w_offset), ("c_offset", c_offset),
-                    ("c_rowstride", c_rowstride)):
-        if not isinstance(t, types.Integer):
-            raise TypingError(f"row_taps: {name} must be an integer, got {t}")
+    _require_arrays("row_taps", (("X", X), ("Wt", Wt), ("C", C)))
+    _require_offsets("row_taps", "x_offsets", x_offsets, "one per row")
+    _require_integers("row_taps", (("x_rowstride", x_rowstride), ("w_offset", w_offset), ("c_offset", c_offset),
+                                   ("c_rowstride", c_rowstride)))
     for name, t in (("bias", bias), ("lo", lo), ("hi", hi)):
         if not isinstance(t, types.Float):
             raise TypingError(f"row_taps: {name} must be a float, got {t}")
@@ -334,6 +317,24 @@ def row_taps(typingctx, X, x_offsets, x_rowstride, Wt, w_offset, bias, C, c_offs
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def _require_arrays(fn: str, pairs) -> None:
+    """The intrinsics' typing checks, one message each: (name, numba type) pairs."""
+    for name, arr in pairs:
+        if not isinstance(arr, types.Array) or arr.dtype != types.float32:
+            raise TypingError(f"{fn}: {name} must be a float32 array, got {arr}")
+
+
+def _require_integers(fn: str, pairs) -> None:
+    for name, t in pairs:
+        if not isinstance(t, types.Integer):
+            raise TypingError(f"{fn}: {name} must be an integer, got {t}")
+
+
+def _require_offsets(fn: str, name: str, t, what: str) -> None:
+    if not isinstance(t, types.BaseTuple) or not len(t) or not all(isinstance(x, types.Integer) for x in t):
+        raise TypingError(f"{fn}: {name} must be a tuple of integers ({what}), got {t}")
 
 
 def _int_triple(t) -> bool:

@@ -307,10 +307,11 @@ def conv_depthwise_vector(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue
 
     clamp = epi.clamp_bounds()   # Relu, ReLU6 or nothing: applied in registers, no pass over the tile
     lo, hi = clamp or ("np.float32(-np.inf)", "np.float32(np.inf)")
+    bounds = (Assign("lo", lo), Assign("hi", hi))   # once per call, not per tile
 
     def call(out: str, offset: str, stride: str) -> Call:
         return Call(f"row_taps(xp, ({rows},), {g['DH']} * WQ, Wd, oc * KK, bo, {out}, {offset}, {stride}, "
-                    f"{lo}, {hi}, {taps})")
+                    f"lo, hi, {taps})")
     in_place = [call("oimg", "(oc * OH + oh0) * OW + ow0", "OW")]
     if clamp is None:
         assigns, result = epi.emit("v", "n * OC + oc", "(oh0 + r) * OW + ow0 + q", "e", c="oc")
@@ -333,7 +334,7 @@ def conv_depthwise_vector(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue
     body = (
         Assign("M", "OC // C"), Assign("KK", str(g["KH"] * g["KW"])),
         Assign("n_ht", f"(OH + {mr - 1}) // {mr}"), Assign("n_owt", f"(OW + {nr - 1}) // {nr}"),
-        Alloc("ct", (str(mr * nr),)), Alloc("xp", ("HP * WQ",)), *zero_plane(flat),
+        Alloc("ct", (str(mr * nr),)), Alloc("xp", ("HP * WQ",)), *zero_plane(flat), *bounds,
         _per_plane(pad_plane_flat(flat), (), tile, mr, back),
     )
     return Function("conv", _plane_params("float32[::1]", epi), epi.prelude() + body)

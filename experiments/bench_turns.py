@@ -2,7 +2,7 @@
 taking turns: what a change does to end-to-end latency on a host whose speed drifts.
 
     python experiments/bench_turns.py [--trees . /tmp/old] [--models resnet18 mobilenetv2 vit bert]
-        [--threads 1 2] [--rounds 9] [--calls 60] [--out experiments/bench_turns.md]
+        [--threads 1 2] [--rounds 9] [--calls 60] [--steps] [--out experiments/bench_turns.md]
 
 A guest whose host runs other work changes speed by 1.5-2x within minutes (Emerald Rapids KVM
 guests, 2026-12-06): runtimes timed one after the other compare the host's minutes, not the
@@ -14,6 +14,13 @@ median wall times, and the median over rounds of its ratio to onnxruntime's medi
 round (with the rounds' quartiles), so a slow minute slows both sides of a ratio. The trees
 are checkouts (`git worktree add /tmp/old <commit>`); their kernel caches are shared, so a
 tree's first load may compile.
+
+`--steps` also times each of our steps inside the model (`run_timed`, the same number of calls
+per turn, after the wall-time calls) and prints, per model and thread count, the steps of every
+tree side by side with the median over rounds of each step's ratio to the first tree's: what a
+change did to which step, in the model rather than alone (a kernel repeated alone keeps its
+inputs in its core's caches, so on two threads it misses what reading another core's output
+costs: 2026-12-06, `bench_turns.md`).
 """
 from __future__ import annotations
 
@@ -33,9 +40,10 @@ process after onnxruntime's turn ran MobileNetV2 at 2 threads 1.59x onnxruntime 
 order and 1.40x in the other; with the pause, both)."""
 
 
-def child(tree: str, model: str, threads: int, who: str) -> None:
+def child(tree: str, model: str, threads: int, who: str, steps: bool = False) -> None:
     """One runtime in this process: load, warm up, say 'ready', then per line read from stdin
-    (a call count) time that many calls and print their median wall seconds."""
+    (a call count) time that many calls and print their median wall seconds as JSON ({"s": ...});
+    with `steps` (ours only) that many timed calls more, their steps' median seconds and names."""
     sys.path[:0] = [tree, str(Path(tree) / "experiments" / "models"), str(Path(tree) / "tests")]
     import numpy as np
     sys.path.insert(0, str(Path(tree) / "experiments"))
@@ -49,7 +57,9 @@ def child(tree: str, model: str, threads: int, who: str) -> None:
         m = runtime.load(proto, settings=Settings.from_env().with_(threads=threads))
         feeds = random_feeds(m.graph, dict(sizes), seed=0)
         call = lambda: m.run(feeds)   # noqa: E731
+        names = [st.name for st in m.prepare(feeds).steps] if steps else None
     else:
+        steps = False
         import onnxruntime as ort
         from ir import import_onnx
         feeds = random_feeds(import_onnx(proto), dict(sizes), seed=0)
@@ -68,27 +78,33 @@ def child(tree: str, model: str, threads: int, who: str) -> None:
             t0 = time.perf_counter()
             call()
             times.append(time.perf_counter() - t0)
-        print(float(np.median(times)), flush=True)
+        out = {"s": float(np.median(times))}
+        if steps:
+            per = np.median([m.run_timed(feeds)[1] for _ in range(int(line))], axis=0)
+            out.update(steps=[float(v) for v in per], names=names)
+        print(json.dumps(out), flush=True)
 
 
-def turns(specs: list[tuple[str, str]], model: str, threads: int, rounds: int, calls: int) -> list[list[float]]:
-    """Per (tree, who): its rounds' median seconds, the processes taking turns."""
+def turns(specs: list[tuple[str, str]], model: str, threads: int, rounds: int, calls: int,
+          steps: bool = False) -> list[list[dict]]:
+    """Per (tree, who): its rounds' results (`child`'s JSON), the processes taking turns."""
     procs = []
     try:
         for tree, who in specs:
-            p = subprocess.Popen([sys.executable, __file__, "--child", tree, model, str(threads), who],
+            p = subprocess.Popen([sys.executable, __file__, "--child", tree, model, str(threads), who]
+                                 + (["--steps"] if steps else []),
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             procs.append(p)
             if p.stdout.readline().strip() != "ready":
                 raise SystemExit(f"{who} of {tree} on {model} did not start")
-        res: list[list[float]] = [[] for _ in specs]
+        res: list[list[dict]] = [[] for _ in specs]
         for r in range(rounds):
             order = range(len(specs)) if r % 2 == 0 else reversed(range(len(specs)))
             for i in order:
                 time.sleep(SETTLE_S)
                 procs[i].stdin.write(f"{calls}\n")
                 procs[i].stdin.flush()
-                res[i].append(float(procs[i].stdout.readline()))
+                res[i].append(json.loads(procs[i].stdout.readline()))
         return res
     finally:
         for p in procs:
@@ -97,9 +113,30 @@ def turns(specs: list[tuple[str, str]], model: str, threads: int, rounds: int, c
             p.wait(timeout=60)
 
 
+def step_table(model: str, threads: int, names: list[str], got: list[list[dict]]) -> list[str]:
+    """Our trees' steps side by side: per tree the median over rounds of a step's seconds (us),
+    and for the others the median over rounds of its ratio to the first tree's in that round."""
+    import numpy as np
+    step_names = got[0][0]["names"]
+    if any(len(r[0]["steps"]) != len(step_names) for r in got):
+        return ["", f"{model}, {threads} thread(s): the trees' programs differ in their steps; no step table."]
+    per = [np.asarray([r["steps"] for r in rounds]) * 1e6 for rounds in got]
+    out = ["", f"{model}, {threads} thread(s), each step inside the model, us (median of rounds) "
+           f"[median ratio to {names[0]}]:", "",
+           "| step | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for k, name in enumerate(step_names):
+        cells = [f"{np.median(per[0][:, k]):.1f}"] + [
+            f"{np.median(p[:, k]):.1f} [{np.median(p[:, k] / per[0][:, k]):.2f}]" for p in per[1:]]
+        out.append(f"| {k} {name} | " + " | ".join(cells) + " |")
+    sums = [p.sum(axis=1) for p in per]
+    out.append("| sum | " + " | ".join([f"{np.median(sums[0]):.0f}"] + [
+        f"{np.median(s_):.0f} [{np.median(s_ / sums[0]):.2f}]" for s_ in sums[1:]]) + " |")
+    return out
+
+
 def main(argv=None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], "--steps" in sys.argv[6:])
         return 0
     import numpy as np
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -108,6 +145,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--calls", type=int, default=60)
+    ap.add_argument("--steps", action="store_true", help="also each step inside the model, tree by tree")
     ap.add_argument("--out", default=None, help="also write the Markdown table here")
     args = ap.parse_args(argv)
     trees = [str(Path(t).resolve()) for t in args.trees]
@@ -121,10 +159,11 @@ def main(argv=None) -> int:
              "processes taking turns; wall ms per call (median of the rounds' medians), and the median "
              "over rounds of the ratio to onnxruntime's round [quartiles].", "",
              "| model | threads | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
-    rows = []
+    rows, steps_lines = [], []
     for model in args.models:
         for threads in args.threads:
-            res = np.asarray(turns(specs, model, threads, args.rounds, args.calls)) * 1e3
+            got = turns(specs, model, threads, args.rounds, args.calls, args.steps)
+            res = np.asarray([[r["s"] for r in rs] for rs in got]) * 1e3
             cells = [f"{np.median(res[0]):.3f}"]
             for i in range(1, len(specs)):
                 r = res[i] / res[0]
@@ -133,7 +172,9 @@ def main(argv=None) -> int:
             lines.append(f"| {model} | {threads} | " + " | ".join(cells) + " |")
             rows.append({"model": model, "threads": threads, "ms": {n: res[i].tolist() for i, n in enumerate(names)}})
             print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
+            if args.steps:
+                steps_lines += step_table(model, threads, names[1:], got[1:])
+    text = "\n".join(lines + steps_lines) + "\n"
     print(text)
     if args.out:
         Path(args.out).write_text(text)

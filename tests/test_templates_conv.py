@@ -61,8 +61,8 @@ def test_space_knobs_and_code_shapes():
     space = CONV.space(wl)
     assert {k.name for k in space.knobs if k.code_shape} == {"algo", "vec", "regtile", "order", "tile_code"}
     # compiles a tuner may need per geometry (AVX-512: + 3 wide vector-IR blocked tiles x 2 orders, < 1 s each;
-    # the direct vec='px' kernel's vector-IR tile: + 9 tiles x 2 orders)
-    assert len({space.code_key(c) for c in space}) <= 96
+    # the direct vec='px' and the im2col vec='oc' kernels' vector-IR tiles: + 9 tiles x 2 orders each)
+    assert len({space.code_key(c) for c in space}) <= 114
     with pytest.raises(ConfigError, match="tile_code='slp'"):
         space.validate({**CONV.default_config(wl).to_json(), "algo": "direct", "tile_code": space.knobs[-2].options[1]})
     with pytest.raises(ConfigError, match="vec='oc'"):
@@ -376,6 +376,55 @@ def test_direct_px_vector_ir_tile_matches_numpy():
     assert CONV.default_config(stem)["tile_code"] == code, "stems run the vector-IR tile untuned"
     if code == "vec16":   # AVX-512: deep 1x1 GEMMs on small planes take the 28-accumulator tile
         assert CONV.default_config(conv_wl(1, 576, 7, 7, 160, k=1, s=1, p=0))["regtile"] == "14x32"
+
+
+def test_im2col_vector_ir_tile_matches_numpy(monkeypatch):
+    """tile_code vec<lanes> on im2col with vectors along the output channels: one `tile_fma`
+    call per tile over the packed panel, stored column-major into the channel rows (masked past
+    the plane and the group's channels), bias and epilogue after: patch embeddings (batch 2),
+    a strided 1x1 with a residual, groups with a per-channel scale, no bias and 20 channels of
+    a 32-channel tile, ReLU6, both loop orders, and a work item's share run as 3 copies."""
+    code = tile_codes()[1]
+    wide = "14x32" if code == "vec16" else "6x16"
+    cases = [
+        (conv_wl(1, 3, 64, 64, 40, k=16, s=16, p=0), "4x16"),                     # 16 patches
+        (conv_wl(2, 3, 32, 40, 24, k=8, s=8, p=0, epi=("relu",)), "4x16"),         # 20 patches
+        (conv_wl(1, 16, 14, 14, 36, k=1, s=2, p=0, epi=("res", "relu")), "4x16"),  # 49 pixels
+        (conv_wl(2, 16, 9, 9, 24, k=3, s=2, p=1, g=2, epi=("chan", "relu")), "4x16"),
+        (conv_wl(1, 8, 7, 7, 20, k=3, s=1, p=1, bias=False), wide),
+        (conv_wl(1, 6, 13, 11, 17, k=3, s=1, p=1, epi=("clip",)), "4x16"),
+    ]
+    cfgs = [(wl, config(wl, algo="im2col", vec="oc", regtile=t, order=o, OCB=ocb, PB=pb, parallel=True, tile_code=code))
+            for wl, t in cases for o, ocb, pb in (("oc_px", 1, 1), ("px_oc", 2, 2))]
+    precompile("conv2d", cfgs)
+    for wl, cfg in cfgs:
+        assert "tile_fma(" in render(CONV.lower(wl, cfg).module)
+        check(CONV, wl, cfg)
+    from codegen.cpu import CpuBackend
+
+    def three_copies(self, items, parallel, grid=(), block=(), work=None):
+        """Each call as 3 copies run one after the other: each writes only its share of the work items."""
+        return lambda fn: ((lambda *args: [fn(*args, t, 3) for t in range(3)]), ())
+    monkeypatch.setattr(CpuBackend, "launcher", three_copies)
+    for wl, cfg in cfgs[::3]:
+        check(CONV, wl, cfg)
+
+
+def test_patch_embeddings_default_to_im2col_with_the_vector_tile():
+    """On AVX-512, a ViT's patch conv (kernel = stride, no pads) of >= PATCH_K inputs a window
+    is an im2col GEMM with vectors along the channels (2.35x faster than the direct kernel's
+    pixel vectors at 16x16/16 @224, experiments/bench_conv.md); a 4x4/4 stem of 48, overlapping
+    windows (a 7x7/2 stem) and 1x1 convs are not patches. AVX2 (not measured) keeps its default."""
+    for wl in (conv_wl(1, 3, 224, 224, 384, k=16, s=16, p=0), conv_wl(1, 3, 224, 224, 384, k=8, s=8, p=0),
+               conv_wl(1, 3, 64, 64, 192, k=16, s=16, p=0)):
+        cfg = CONV.default_config(wl, AVX512)
+        assert (cfg["algo"], cfg["vec"], cfg["tile_code"]) == ("im2col", "oc", "vec16"), wl.inputs
+        avx2 = CONV.default_config(wl, AVX2)
+        assert (avx2["algo"], avx2["vec"], avx2["tile_code"]) == \
+            (("im2col", "px", "slp") if wl.output_shape[2] == 4 else ("direct", "px", "vec8"))
+    for wl in (conv_wl(1, 3, 224, 224, 96, k=4, s=4, p=0), conv_wl(1, 3, 224, 224, 64, k=7, s=2, p=3)):
+        assert CONV.default_config(wl, AVX512)["algo"] == "direct", wl.inputs
+    assert CONV.default_config(conv_wl(1, 256, 28, 28, 128, k=1, p=0), AVX512)["vec"] == "px"
 
 
 @pytest.mark.slow

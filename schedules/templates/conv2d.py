@@ -22,7 +22,9 @@ Algorithms (`algo`):
   time on stems, and as fast or faster);
 - `im2col`: pixels of the flattened output plane are packed into `Ap[tile, k, 0:T]`
   panels first (tiles cross rows, so narrow late layers waste no lanes; a strided
-  1x1 conv becomes a gather into the panel plus a GEMM);
+  1x1 conv becomes a gather into the panel plus a GEMM; a ViT's patch embedding, a
+  rearrangement of the input); with vectors along the channels the tile is SLP code or
+  one `tile_fma` call over the panel ("vec<lanes>", stored column-major);
 - `blocked` (vectors along channels only): NCHWc-style, the input repacked into 8-channel
   blocks by the pad step and a pixels x channels tile over the flattened plane with the
   block's channels innermost (`conv2d_blocked`); the default for spatial convs of many
@@ -279,11 +281,16 @@ class Conv2dTemplate(Template):
         strided = geo["SW"] > 1 and cg >= 32
         algo = "im2col" if one or strided or ow < 14 else "direct"
         tile = px_tiles[1] if one or strided else px_tiles[2]
-        if algo == "im2col" and P < _tile_dims(tile)[1]:
+        if (algo == "im2col" and P < _tile_dims(tile)[1]) or (_patches(wl, geo) and shape[0] >= 16):
             # fewer pixels than one tile's run along them (a ViT's 16x16/16 patch conv on 64x64:
             # 16 pixels, AVX-512's 8x32 computing 32): vectors along the channels, pixels x
-            # channels tiles: 2.1x faster there (0.114 -> 0.054 ms; Zen 4, 2026-12-03)
-            return self.space(wl, target).validate({**base, "algo": "im2col", "vec": "oc", "regtile": px_tiles[0]})
+            # channels tiles: 2.1x faster there (0.114 -> 0.054 ms; Zen 4, 2026-12-03). The same for
+            # a patch embedding (`_patches`; measured on AVX-512 only): its panel is the input
+            # rearranged, read once. The vector-IR tile: 1.07x faster than the SLP one on ViT's
+            # patch conv @64 (Emerald Rapids)
+            vector_ir = DEFAULT_VECTOR_IR and shape[0] >= 16
+            return self.space(wl, target).validate({**base, "algo": "im2col", "vec": "oc", "regtile": px_tiles[0],
+                                                    "tile_code": tile_codes(target)[1] if vector_ir else "slp"})
         return self.space(wl, target).validate({**base, "algo": algo, "vec": "px", "regtile": tile,
                                                 "tile_code": px_code if algo == "direct" else "slp"})
 
@@ -321,7 +328,7 @@ class Conv2dTemplate(Template):
         in_place = algo == "im2col" and _reads_in_bounds(wl, geo, OH, OW)
         funcs.append(_direct(mr, nr, vec, order, geo, epi, code) if algo == "direct" else _pack_im2col(tp, geo, in_place))
         if algo == "im2col":
-            funcs.append(_gemm(mr, nr, vec, order, epi))
+            funcs.append(_gemm(mr, nr, vec, order, epi, tile_lanes(code, nr) if vec == "oc" else None))
         module = LoopModule(tuple(funcs), doc=f"conv2d kernel: {algo} vec={vec} regtile={mr}x{nr} order={order} "
                             f"kernel={KH}x{KW} stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
                             f"epilogue {[st[0]['op'] for st in epi.steps]}",
@@ -529,8 +536,10 @@ def _blocked_vectors_along_channels(values: dict) -> str | None:
     if values.get("algo") == "blocked" and values.get("vec") != "oc":
         return "the blocked algorithm vectorizes along output channels only (vec='oc')"
     vector_ir = values.get("tile_code", "slp") != "slp"
-    if vector_ir and values.get("algo") != "blocked" and (values.get("algo"), values.get("vec")) != ("direct", "px"):
-        return "only the blocked and the direct vec='px' kernels have a vector-IR tile (tile_code='slp' for the others)"
+    if vector_ir and values.get("algo") != "blocked" and (values.get("algo"), values.get("vec")) not in \
+            (("direct", "px"), ("im2col", "oc")):
+        return "only the blocked, the direct vec='px' and the im2col vec='oc' kernels have a vector-IR tile " \
+               "(tile_code='slp' for the others)"
     if values.get("KC", 0) and (values.get("algo") != "blocked" or values.get("tile_code", "slp") == "slp"):
         return "only the blocked algorithm's vector-IR tile splits its reduction (KC=0 for the others)"
     if values.get("regtile") not in REG_TILES and not vector_ir:
@@ -929,6 +938,23 @@ def _subsample(sh: int, sw: int) -> Function:
     return Function("subsample", params, body)
 
 
+PATCH_K = 128
+"""Patch embeddings (`_patches`) of at least this many inputs a window run as im2col GEMMs by
+default: 3 -> 384 at 224, 1 thread, Emerald Rapids (2026-12-06), against the direct kernel's
+pixel vectors (rows of 14-56 pixels in 32-pixel tiles): 16x16/16 2.35x faster (1837 -> 781 us,
+onnxruntime 744), 8x8/8 1.43x (1689 -> 1184, onnxruntime 1153), 3 -> 768 32x32/32 1.15x (2168 ->
+1892, onnxruntime 1943); a 4x4/4 stem (3 -> 96, 48 inputs a window) stays direct (309 against
+338-347 us)."""
+
+
+def _patches(wl: Workload, geo: dict) -> bool:
+    """A patch embedding: windows that tile the input without overlap or gaps (kernel = stride,
+    no pads, no dilation, one group) of at least `PATCH_K` inputs each."""
+    cg = int(wl.inputs[1]["shape"][1])
+    return (geo["KH"], geo["KW"]) == (geo["SH"], geo["SW"]) and geo["KH"] * geo["KW"] > 1 and geo["G"] == 1 \
+        and geo["DH"] == geo["DW"] == 1 and not geo["PT"] and not geo["PL"] and cg * geo["KH"] * geo["KW"] >= PATCH_K
+
+
 def _reads_in_bounds(wl: Workload, geo: dict, OH: int, OW: int) -> bool:
     """No pads, and every output pixel's window lies inside the input."""
     H, W = (int(d) for d in wl.inputs[0]["shape"][2:])
@@ -967,8 +993,31 @@ def _pack_im2col(tp: int, geo: dict, in_place: bool = False) -> Function:
     return Function("pack_a", params, body)
 
 
-def _gemm(mr: int, nr: int, vec: str, order: str, epi: Epilogue) -> Function:
-    if vec == "oc":
+def _gemm_vector_tiles(mr: int, nr: int, order: str, epi: Epilogue, lanes: int) -> tuple:
+    """`_gemm`'s work item with the vector-IR tile (vectors along the output channels, tile_code
+    "vec<lanes>"): one `tile_fma` call per tile over the panel's whole K (the nest form of one
+    level, which the column-major store needs), the accumulators in registers, stored
+    column-major into the output's channel rows (masked past the plane and the group's
+    channels: `codegen.vector_tile`); then bias and epilogue in place over the work item's
+    channel rows, each a contiguous run of pixels."""
+    tile = (vector_tile("Ap", [f"pt * K * {mr} + {r}" for r in range(mr)], str(mr), "Wp", f"(g * n_oct + oct) * K * {nr}",
+                        str(nr), "((1, 0, 0), K)", "out", f"(n * OC + g * OCg + oct * {nr}) * P + pt * {mr}",
+                        f"(P, min({mr}, P - pt * {mr}), min({nr}, OCg - oct * {nr}))", "False", nr, lanes),)
+    assigns, result = epi.emit("v", "n * OC + oc", "up", "e", c="oc")
+    store = For("q", f"ob * OCB * {nr}", f"min(OCg, (ob * OCB + OCB) * {nr})", (
+        Assign("oc", "g * OCg + q"), Assign("bo", "bias[oc]"), Assign("orow", "out[n, oc]"),
+        For("p", f"pb * PB * {mr}", f"min(P, (pb * PB + PB) * {mr})", (
+            Assign("up", "np.uint64(p)"), Assign("v", "orow[up] + bo"),
+        ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[up]", result),)),
+    ))
+    return (*_tile_loops(order, ("pt", "pb * PB", "min(n_pt, pb * PB + PB)"), tile), store)
+
+
+def _gemm(mr: int, nr: int, vec: str, order: str, epi: Epilogue, lanes: int | None = None) -> Function:
+    if lanes is not None:   # vec == "oc", the vector-IR tile
+        tp = mr
+        work = _gemm_vector_tiles(mr, nr, order, epi, lanes)
+    elif vec == "oc":
         tp = mr
         pixel = (Assign("p", f"pt * {mr} + r"), Assign("ok", "p < P"), Assign("oh", "p // OW"), Assign("ow", "p % OW"))
         store = _store_oc(nr, epi, pixel, "out[n, oc, p]")
@@ -979,8 +1028,10 @@ def _gemm(mr: int, nr: int, vec: str, order: str, epi: Epilogue) -> Function:
         store = _store_px(mr, nr, epi, "out[n, oc]", f"pt * {nr}", f"min({nr}, P - pt * {nr})", "pq")
         a_load, b_load = (lambda r: f"Wk[k, {r}]"), (lambda q: f"Apt[k, {q}]")
         what = f"{mr}x{nr} register tile (output channels x pixels), SLP-vectorized along pixels"
-    tile = (Assign("Apt", "Ap[pt]"), Assign("Wk", "Wp[g, oct]")) + register_tile(
-        mr, nr, a_load, b_load, k_range("0", "K"), store, comment=what)
+    if lanes is None:
+        tile = (Assign("Apt", "Ap[pt]"), Assign("Wk", "Wp[g, oct]")) + register_tile(
+            mr, nr, a_load, b_load, k_range("0", "K"), store, comment=what)
+        work = _tile_loops(order, ("pt", "pb * PB", "min(n_pt, pb * PB + PB)"), tile)
     tc = nr if vec == "oc" else mr
     body = (
         Assign("Cg", "C // G"), Assign("OCg", "OC // G"), Assign("K", "Ap.shape[1]"), Assign("P", "OH * OW"),
@@ -988,8 +1039,7 @@ def _gemm(mr: int, nr: int, vec: str, order: str, epi: Epilogue) -> Function:
         Assign("n_pt", f"(P + {tp - 1}) // {tp}"), Assign("n_pb", "(n_pt + PB - 1) // PB"),
         Alloc("ct", (str(mr), str(nr))),
         thread_share("it", "n_ob * n_pb", body=(
-            Assign("pb", "it % n_pb"), Assign("ob", "it // n_pb"),
-            *_tile_loops(order, ("pt", "pb * PB", "min(n_pt, pb * PB + PB)"), tile),
+            Assign("pb", "it % n_pb"), Assign("ob", "it // n_pb"), *work,
         )),
     )
     params = _params(epi, (Param("Ap", "float32[:, :, ::1]"),), "float32[:, :, ::1]") + tuple(

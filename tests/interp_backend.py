@@ -54,16 +54,36 @@ def index_in(g, size):   # codegen.checks.index_in, in Python
     return g
 
 
+def _tile_runs(n_k, a_base=0, b_base=0):
+    """tile_fma's k runs as (A offset, B offset, count): n_k itself, or its nest form (outer
+    (count, a_stride, b_stride) levels around an inner count or (a_offset, b_offset, count) segments)."""
+    if not isinstance(n_k, tuple):
+        yield a_base, b_base, n_k
+    elif len(n_k) == 1:
+        inner = n_k[0]
+        for a_seg, b_seg, count in (inner if isinstance(inner, tuple) else ((0, 0, inner),)):
+            yield a_base + a_seg, b_base + b_seg, count
+    else:
+        count, a_step, b_step = n_k[0]
+        for i in range(count):
+            yield from _tile_runs(n_k[1:], a_base + i * a_step, b_base + i * b_step)
+
+
 def tile_fma(A, a_offsets, a_kstride, B, b_offset, b_kstride, n_k, C, c_offset, c_rowstride, accumulate, NR, LANES):
-    """codegen.vector_tile.tile_fma (an LLVM intrinsic there), element by element."""
+    """codegen.vector_tile.tile_fma (an LLVM intrinsic there), element by element: the plain and
+    the nest form of n_k; C's tile row-major (c_rowstride an int) or column-major and cut to m x n
+    ((c_colstride, m, n))."""
     a, b, c = A.reshape(-1), B.reshape(-1), C.reshape(-1)
     assert np.shares_memory(c, C), "tile_fma: C must be contiguous"
-    for r, ao in enumerate(a_offsets):
-        for j in range(NR):
+    columns = isinstance(c_rowstride, tuple)
+    rows, cols = (c_rowstride[1], c_rowstride[2]) if columns else (len(a_offsets), NR)
+    for r, ao in enumerate(a_offsets[:rows]):
+        for j in range(cols):
             s = np.float32(0.0)
-            for k in range(n_k):
-                s += a[ao + k * a_kstride] * b[b_offset + k * b_kstride + j]
-            at = c_offset + r * c_rowstride + j
+            for a_run, b_run, count in _tile_runs(n_k, 0, b_offset):
+                for k in range(count):
+                    s += a[ao + a_run + k * a_kstride] * b[b_run + k * b_kstride + j]
+            at = c_offset + (j * c_rowstride[0] + r if columns else r * c_rowstride + j)
             c[at] = c[at] + s if accumulate else s
 '''
 

@@ -29,11 +29,12 @@ def _nonconst_weights(wl):
 
 CASES = {
     "conv_direct_padded": ("conv2d", lambda: conv_wl(2, 4, 9, 11, 6, k=3, s=2, p=1, epi=("res", "relu")),
-                           {"algo": "direct", "regtile": "4x16", "order": "oc_px"}),
+                           {"algo": "direct", "regtile": "4x16", "order": "oc_px", "tile_code": "slp"}),
     "conv_im2col_grouped": ("conv2d", lambda: conv_wl(1, 4, 7, 6, 6, k=3, s=1, p=2, d=2, g=2, bias=False, epi=("chan",)),
                             {"algo": "im2col", "regtile": "4x16", "order": "px_oc"}),
     "conv_weights_per_call": ("conv2d", lambda: _nonconst_weights(conv_wl(1, 3, 6, 6, 5, k=3, s=1, p=1)),
-                              {"algo": "direct", "regtile": "4x16", "order": "oc_px", "parallel": False}),
+                              {"algo": "direct", "regtile": "4x16", "order": "oc_px", "parallel": False,
+                               "tile_code": "slp"}),
     "batch_matmul_broadcast": ("batch_matmul", _bmm_wl, {"regtile": "2x16"}),
     # constant weights are packed at prepare and A is read in place: no workspace, but the
     # K blocks accumulate in `out` (filled with NaN here), so the first must not read it
@@ -88,7 +89,7 @@ def test_conv_packed_weights_do_not_depend_on_dynamic_dims():
     conv = get_template("conv2d")
     small, big = conv_wl(1, 4, 9, 11, 6, k=3, s=2, p=1), conv_wl(3, 4, 20, 17, 6, k=3, s=2, p=1)
     for algo in ("direct", "im2col"):
-        cfg = conv.space(small).validate({**conv.default_config(small).to_json(), "algo": algo})
+        cfg = conv.space(small).validate({**conv.default_config(small).to_json(), "algo": algo, "tile_code": "slp"})
         a, b = conv.lower(small, cfg).launch, conv.lower(big, cfg).launch
         assert a.packed == b.packed and a.prepare == b.prepare
         assert a.workspaces != b.workspaces   # the padded input and panels follow the shape

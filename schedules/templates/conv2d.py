@@ -281,15 +281,19 @@ class Conv2dTemplate(Template):
         strided = geo["SW"] > 1 and cg >= 32
         algo = "im2col" if one or strided or ow < 14 else "direct"
         tile = px_tiles[1] if one or strided else px_tiles[2]
-        if (algo == "im2col" and P < _tile_dims(tile)[1]) or (_patches(wl, geo) and shape[0] >= 16):
+        patches = _patches(wl, geo)
+        if (algo == "im2col" and P < _tile_dims(tile)[1]) or patches:
             # fewer pixels than one tile's run along them (a ViT's 16x16/16 patch conv on 64x64:
             # 16 pixels, AVX-512's 8x32 computing 32): vectors along the channels, pixels x
             # channels tiles: 2.1x faster there (0.114 -> 0.054 ms; Zen 4, 2026-12-03). The same for
-            # a patch embedding (`_patches`; measured on AVX-512 only): its panel is the input
-            # rearranged, read once. The vector-IR tile: 1.07x faster than the SLP one on ViT's
-            # patch conv @64 (Emerald Rapids)
-            vector_ir = DEFAULT_VECTOR_IR and shape[0] >= 16
-            return self.space(wl, target).validate({**base, "algo": "im2col", "vec": "oc", "regtile": px_tiles[0],
+            # a patch embedding (`_patches`): its panel is the input rearranged, read once. The
+            # vector-IR tile: 1.07x faster than the SLP one on ViT's patch conv @64 (Emerald
+            # Rapids); AVX2 (haswell code on that Xeon): 6x16 as vector IR 1.39x (16x16/16) and
+            # 1.23x (8x8/8) faster than the direct kernel, 4x16 1.1-1.2x (AVX2's small-plane
+            # case, not a patch, stays SLP: not measured)
+            vector_ir = DEFAULT_VECTOR_IR and (patches or shape[0] >= 16)
+            regtile = px_tiles[1] if patches else px_tiles[0]
+            return self.space(wl, target).validate({**base, "algo": "im2col", "vec": "oc", "regtile": regtile,
                                                     "tile_code": tile_codes(target)[1] if vector_ir else "slp"})
         return self.space(wl, target).validate({**base, "algo": algo, "vec": "px", "regtile": tile,
                                                 "tile_code": px_code if algo == "direct" else "slp"})
@@ -940,7 +944,7 @@ def _subsample(sh: int, sw: int) -> Function:
 
 PATCH_K = 128
 """Patch embeddings (`_patches`) of at least this many inputs a window run as im2col GEMMs by
-default: 3 -> 384 at 224, 1 thread, Emerald Rapids (2026-12-06), against the direct kernel's
+default: 3 -> 384 at 224, 1 thread, Emerald Rapids (2026-12-06), AVX-512, against the direct kernel's
 pixel vectors (rows of 14-56 pixels in 32-pixel tiles): 16x16/16 2.35x faster (1837 -> 781 us,
 onnxruntime 744), 8x8/8 1.43x (1689 -> 1184, onnxruntime 1153), 3 -> 768 32x32/32 1.15x (2168 ->
 1892, onnxruntime 1943); a 4x4/4 stem (3 -> 96, 48 inputs a window) stays direct (309 against

@@ -124,13 +124,12 @@ def step_table(model: str, threads: int, names: list[str], got: list[list[dict]]
     out = ["", f"{model}, {threads} thread(s), each step inside the model, us (median of rounds) "
            f"[median ratio to {names[0]}]:", "",
            "| step | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    def cells(columns: list, digits: int) -> str:   # one row: per tree its rounds' values of it
+        return " | ".join([f"{np.median(columns[0]):.{digits}f}"] + [
+            f"{np.median(c):.{digits}f} [{np.median(c / columns[0]):.2f}]" for c in columns[1:]])
     for k, name in enumerate(step_names):
-        cells = [f"{np.median(per[0][:, k]):.1f}"] + [
-            f"{np.median(p[:, k]):.1f} [{np.median(p[:, k] / per[0][:, k]):.2f}]" for p in per[1:]]
-        out.append(f"| {k} {name} | " + " | ".join(cells) + " |")
-    sums = [p.sum(axis=1) for p in per]
-    out.append("| sum | " + " | ".join([f"{np.median(sums[0]):.0f}"] + [
-        f"{np.median(s_):.0f} [{np.median(s_ / sums[0]):.2f}]" for s_ in sums[1:]]) + " |")
+        out.append(f"| {k} {name} | {cells([p[:, k] for p in per], 1)} |")
+    out.append(f"| sum | {cells([p.sum(axis=1) for p in per], 0)} |")
     return out
 
 

@@ -99,6 +99,10 @@ def index_mode(shape, out_shape, channel_axis: int | None = None, broadcast_full
     return None
 
 
+NO_CLAMP = ("np.float32(-np.inf)", "np.float32(np.inf)")
+"""`Epilogue.clamp_bounds` of an epilogue that clamps nothing: the bounds a tile then passes."""
+
+
 @dataclass(frozen=True)
 class Epilogue:
     steps: tuple      # (op json, arg refs) after the anchor
@@ -121,16 +125,15 @@ class Epilogue:
         (`codegen.vector_tile.row_taps`) clamps its accumulators in registers instead of a second
         pass over its output. Clip(x) = min(max(x, lo), hi), so the bounds are the epilogue's own
         expression at -inf and +inf (one rule for Relu, Clip by attributes or by inputs)."""
-        inf = "np.float32(np.inf)"
         if not self.steps:
-            return f"-{inf}", inf
+            return NO_CLAMP
         if len(self.steps) != 1 or any(e.mode != "scalar" for e in self.extras):
             return None
         op, args = self.steps[0]
         if op["op"] not in ("Relu", "Clip") or args[0] != "chain" or "chain" in args[1:]:
             return None
         bounds = []
-        for end in (f"-{inf}", inf):
+        for end in NO_CLAMP:
             assigns, result = self.emit(f"({end})", "0", "0", "b")
             bounds.append(dict(assigns)[result] if assigns else result)
         return bounds[0], bounds[1]

@@ -997,30 +997,31 @@ def _pack_im2col(tp: int, geo: dict, in_place: bool = False) -> Function:
     return Function("pack_a", params, body)
 
 
-def _gemm_vector_tiles(mr: int, nr: int, order: str, epi: Epilogue, lanes: int) -> tuple:
-    """`_gemm`'s work item with the vector-IR tile (vectors along the output channels, tile_code
-    "vec<lanes>"): one `tile_fma` call per tile over the panel's whole K (the nest form of one
-    level, which the column-major store needs), the accumulators in registers, stored
-    column-major into the output's channel rows (masked past the plane and the group's
-    channels: `codegen.vector_tile`); then bias and epilogue in place over the work item's
-    channel rows, each a contiguous run of pixels."""
+def _gemm_vector_tile(mr: int, nr: int, epi: Epilogue, lanes: int) -> tuple[tuple, tuple]:
+    """`_gemm`'s vector-IR tile (vectors along the output channels, tile_code "vec<lanes>") and
+    what its work item runs after its tiles: one `tile_fma` call per tile over the panel's whole
+    K (the nest form of one level, which the column-major store needs), the accumulators in
+    registers, stored column-major into the output's channel rows (masked past the plane and
+    the group's channels: `codegen.vector_tile`); then bias and epilogue in place over the work
+    item's channel rows, each a contiguous run of pixels."""
     tile = (vector_tile("Ap", [f"pt * K * {mr} + {r}" for r in range(mr)], str(mr), "Wp", f"(g * n_oct + oct) * K * {nr}",
                         str(nr), "((1, 0, 0), K)", "out", f"(n * OC + g * OCg + oct * {nr}) * P + pt * {mr}",
                         f"(P, min({mr}, P - pt * {mr}), min({nr}, OCg - oct * {nr}))", "False", nr, lanes),)
     assigns, result = epi.emit("v", "n * OC + oc", "up", "e", c="oc")
-    store = For("q", f"ob * OCB * {nr}", f"min(OCg, (ob * OCB + OCB) * {nr})", (
+    after = (For("q", f"ob * OCB * {nr}", f"min(OCg, (ob * OCB + OCB) * {nr})", (
         Assign("oc", "g * OCg + q"), Assign("bo", "bias[oc]"), Assign("orow", "out[n, oc]"),
         For("p", f"pb * PB * {mr}", f"min(P, (pb * PB + PB) * {mr})", (
             Assign("up", "np.uint64(p)"), Assign("v", "orow[up] + bo"),
         ) + tuple(Assign(n, e) for n, e in assigns) + (Assign("orow[up]", result),)),
-    ))
-    return (*_tile_loops(order, ("pt", "pb * PB", "min(n_pt, pb * PB + PB)"), tile), store)
+    )),)
+    return tile, after
 
 
 def _gemm(mr: int, nr: int, vec: str, order: str, epi: Epilogue, lanes: int | None = None) -> Function:
+    after = ()
     if lanes is not None:   # vec == "oc", the vector-IR tile
         tp = mr
-        work = _gemm_vector_tiles(mr, nr, order, epi, lanes)
+        tile, after = _gemm_vector_tile(mr, nr, epi, lanes)
     elif vec == "oc":
         tp = mr
         pixel = (Assign("p", f"pt * {mr} + r"), Assign("ok", "p < P"), Assign("oh", "p // OW"), Assign("ow", "p % OW"))
@@ -1035,7 +1036,6 @@ def _gemm(mr: int, nr: int, vec: str, order: str, epi: Epilogue, lanes: int | No
     if lanes is None:
         tile = (Assign("Apt", "Ap[pt]"), Assign("Wk", "Wp[g, oct]")) + register_tile(
             mr, nr, a_load, b_load, k_range("0", "K"), store, comment=what)
-        work = _tile_loops(order, ("pt", "pb * PB", "min(n_pt, pb * PB + PB)"), tile)
     tc = nr if vec == "oc" else mr
     body = (
         Assign("Cg", "C // G"), Assign("OCg", "OC // G"), Assign("K", "Ap.shape[1]"), Assign("P", "OH * OW"),
@@ -1043,7 +1043,8 @@ def _gemm(mr: int, nr: int, vec: str, order: str, epi: Epilogue, lanes: int | No
         Assign("n_pt", f"(P + {tp - 1}) // {tp}"), Assign("n_pb", "(n_pt + PB - 1) // PB"),
         Alloc("ct", (str(mr), str(nr))),
         thread_share("it", "n_ob * n_pb", body=(
-            Assign("pb", "it % n_pb"), Assign("ob", "it // n_pb"), *work,
+            Assign("pb", "it % n_pb"), Assign("ob", "it // n_pb"),
+            *_tile_loops(order, ("pt", "pb * PB", "min(n_pt, pb * PB + PB)"), tile), *after,
         )),
     )
     params = _params(epi, (Param("Ap", "float32[:, :, ::1]"),), "float32[:, :, ::1]") + tuple(

@@ -26,7 +26,7 @@ the output is read and written through flat per-image views (no view per channel
 """
 from __future__ import annotations
 
-from schedules.epilogue import Epilogue
+from schedules.epilogue import NO_CLAMP, Epilogue
 from schedules.loopnest import Alloc, Assign, Call, Comment, For, Function, If, Param, thread_share, unflatten
 from schedules.microkernel import F0, pick_tiles, vector_shape
 from schedules.templates.conv2d_blocked import buffered_store
@@ -306,7 +306,7 @@ def conv_depthwise_vector(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue
     rows = ", ".join(f"(oh0 + {r}) * {g['SH']} * WQ + ow0 * {s}" for r in range(mr))
 
     clamp = epi.clamp_bounds()   # Relu, ReLU6 or nothing: applied in registers, no pass over the tile
-    lo, hi = clamp or ("np.float32(-np.inf)", "np.float32(np.inf)")
+    lo, hi = clamp or NO_CLAMP
     bounds = (Assign("lo", lo), Assign("hi", hi))   # once per call, not per tile
 
     def call(out: str, offset: str, stride: str) -> Call:

@@ -83,7 +83,7 @@ def test_default_config_is_in_the_space_and_fits_the_shape(wl):
     cfg = CONV.default_config(wl)
     assert CONV.space(wl).validate(cfg) == cfg
     dw = wl.inputs[1]["shape"][1] == 1 and wl.nodes()[0].attrs.get("group", 1) > 1
-    assert (cfg["algo"] in ("depthwise", "dw_blocked")) == dw, "depthwise convs get their own schedules"
+    assert (cfg["algo"] in ("depthwise", "dw_blocked", "depthwise_s2")) == dw, "depthwise convs get their own schedules"
     # a handoff to a second thread costs more than a tiny conv runs
     from schedules.templates.conv2d import THREAD_WAKE_FLOPS
     assert cfg["parallel"] == (wl.flops() >= THREAD_WAKE_FLOPS)
@@ -259,9 +259,10 @@ def test_depthwise_rows_reads_nchw_with_edges_strides_and_small_planes(compiled)
 
 def test_depthwise_default_reads_nchw_on_wide_stride_one_maps():
     """Stride 1 with rows of >= 12 pixels: the NCHW `depthwise` kernel; strided convs and small
-    maps: channel blocks (`dw_blocked`)."""
+    maps: channel blocks (`dw_blocked`); stride 2 on AVX-512 reads NCHW too (`depthwise_s2`)."""
     assert CONV.default_config(depthwise_wl(1, 144, 24, 24))["algo"] == "depthwise"
-    assert CONV.default_config(depthwise_wl(1, 96, 48, 48, s=2))["algo"] == "dw_blocked"
+    assert CONV.default_config(depthwise_wl(1, 96, 48, 48, s=2), AVX2)["algo"] == "dw_blocked"
+    assert CONV.default_config(depthwise_wl(1, 96, 48, 48, s=2), AVX512)["algo"] == "depthwise_s2"
     assert CONV.default_config(depthwise_wl(1, 960, 7, 7))["algo"] == "dw_blocked"
 
 
@@ -596,8 +597,46 @@ def test_dw_blocked_tiles_follow_the_vector_shape():
     assert not any(t.endswith("x16") for t in
                    next(k for k in CONV.space(depthwise_wl(1, 96, 14, 14), AVX2).knobs if k.name == "regtile").options
                    if t not in ("2x16", "4x16"))   # those two are the `depthwise` (rows x pixels) tiles
-    for wl, avx2, avx512 in ((depthwise_wl(1, 96, 56, 56, s=2), "8x8", "8x8"), (depthwise_wl(1, 960, 7, 7), "4x8", "7x16"),
+    for wl, avx2, avx512 in ((depthwise_wl(1, 96, 56, 56, s=3), "8x8", "8x8"), (depthwise_wl(1, 960, 7, 7), "4x8", "7x16"),
                              (depthwise_wl(1, 576, 14, 14, s=2), "4x8", "7x16"), (depthwise_wl(1, 40, 7, 7), "4x8", "4x8")):
         assert CONV.default_config(wl, AVX2)["regtile"] == avx2
         cfg = CONV.default_config(wl, AVX512)
         assert cfg["regtile"] == avx512 and CONV.space(wl, AVX512).validate(cfg) == cfg
+
+
+@pytest.mark.parametrize("wl, tile", [
+    (depthwise_wl(1, 8, 24, 24, s=2, epi=("clip",)), "4x16"),                   # 12-pixel rows: masked columns
+    (depthwise_wl(1, 5, 9, 11, s=2, epi=("res", "relu")), "4x16"),              # residual: every tile through ct
+    (depthwise_wl(2, 4, 10, 13, mult=2, k=3, s=2, p=1, epi=("chan", "relu")), "4x32"),   # multiplier, epilogue pass
+    (depthwise_wl(1, 3, 5, 6, k=5, s=2, p=2, epi=("relu",)), "2x32"),           # 5x5 on a plane smaller than the tile
+    (depthwise_wl(1, 6, 13, 13, k=3, s=2, p=1, bias=False), "2x64"),            # no epilogue, no bias, odd plane
+    (depthwise_wl(1, 4, 10, 150, k=3, s=2, p=1, epi=("relu",)), "4x32"),        # 75-pixel rows: three column tiles
+    (depthwise_wl(1, 4, 11, 20, k=3, s=2, p=0, epi=("relu",)), "4x16"),         # no pads
+], ids=["s2-narrow", "s2-residual", "mult-chan", "5x5-tiny", "plain", "wide", "unpadded"])
+def test_depthwise_s2_matches_numpy(wl, tile):
+    """algo depthwise_s2: one `pair_taps` call per tile on the unpadded input plane (no copy of
+    it), the pads as masked loads, partial tiles stored masked in place; a residual's tiles
+    through ct, epilogues other than Relu/ReLU6 run over the stored tile."""
+    cfg = config(wl, algo="depthwise_s2", regtile=tile, PB=1, tile_code=tile_codes()[1])
+    src = render(CONV.lower(wl, cfg).module)
+    assert "pair_taps(" in src and "xp[" not in src, "the plane read in place"
+    check(CONV, wl, cfg)
+
+
+def test_depthwise_s2_is_the_avx512_default_for_stride_2_rows_of_8_or_more():
+    """AVX-512: stride-2 depthwise convs with rows of >= 8 output pixels default to
+    depthwise_s2 (4x16 up to 16 pixels, else 4x32); rows of 7 and AVX2 keep dw_blocked. The
+    algorithm is offered only where the stride along the rows is 2 (and no dilation there), as
+    vector-IR code."""
+    for h, tile in ((48, "4x32"), (24, "4x16"), (112, "4x32"), (16, "4x16")):
+        wl = depthwise_wl(1, 32, h, h, k=3, s=2, p=1, epi=("clip",))
+        cfg = CONV.default_config(wl, AVX512)
+        assert (cfg["algo"], cfg["regtile"], cfg["tile_code"]) == ("depthwise_s2", tile, "vec16")
+        assert CONV.default_config(wl, AVX2)["algo"] == "dw_blocked"
+    assert CONV.default_config(depthwise_wl(1, 32, 14, 14, k=3, s=2, p=1), AVX512)["algo"] == "dw_blocked"
+    for wl in (depthwise_wl(1, 8, 12, 12, s=1), depthwise_wl(1, 8, 12, 12, s=3), depthwise_wl(1, 8, 12, 12, s=2, d=2)):
+        assert "depthwise_s2" not in next(k for k in CONV.space(wl).knobs if k.name == "algo").options
+    wl = depthwise_wl(1, 8, 12, 12, s=2)
+    with pytest.raises(ConfigError, match="depthwise_s2 tiles"):
+        CONV.space(wl).validate({**CONV.default_config(wl).to_json(), "algo": "depthwise_s2", "regtile": "4x16",
+                                 "PB": 1, "tile_code": "slp"})

@@ -34,7 +34,11 @@ Algorithms (`algo`):
   blocks, vectors along the channels (`conv2d_depthwise`);
 - `depthwise` (the same convs, the default for stride 1 with rows of >= 12 pixels): NCHW as it
   is, a rows x pixels tile per output channel, vectors along the pixels of a row, weights as
-  scalars (`conv2d_depthwise.conv_depthwise_rows`).
+  scalars (`conv2d_depthwise.conv_depthwise_rows`);
+- `depthwise_s2` (the same convs with stride 2 along the rows, the AVX-512 default for rows of >= 8
+  output pixels): NCHW as it is, the input plane read in place (no padded copy: the pads are
+  masked loads), each input row split once into its even and odd pixels for all its taps
+  (`conv2d_depthwise.conv_depthwise_pairs`, `codegen.vector_tile.pair_taps`).
 
 Strided convs read a *phase-split* copy of the input: the pad step writes
 `Xp[n, c, ih, phase, j]` = x[n, c, ih - PT, j * SW + phase - PL], so the pixels one
@@ -63,8 +67,8 @@ from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
 from schedules.templates.conv2d_blocked import (DEFAULT_VECTOR_IR, channel_block, conv_blocked, pack_w_blocked,
                                                 pad_blocked, pixel_run, residual_split, tap_order)
-from schedules.templates.conv2d_depthwise import (DWB_ALL_TILES, conv_depthwise, conv_depthwise_rows,
-                                                  conv_depthwise_vector, dwb_default_tile,
+from schedules.templates.conv2d_depthwise import (DWB_ALL_TILES, conv_depthwise, conv_depthwise_pairs,
+                                                  conv_depthwise_rows, conv_depthwise_vector, dwb_default_tile,
                                                   dwb_tiles, pack_w_depthwise)
 
 # MR x NR; NR is the vectorized axis (see `vec`). With 16 vector registers (AVX2, or AVX-512
@@ -101,6 +105,7 @@ PX_TILES = {(8, 16): ("4x16", "6x16", "4x16"), (16, 32): ("8x32", "8x32", "8x32"
 # Ice Lake, 2026-12-03, experiments/bench_conv.md); AVX2 keeps PX_TILES
 PX_DEEP_TILE = {(16, 32): "14x32"}
 DW_TILES = ("4x8", "2x16", "4x16", "2x32")     # depthwise: output rows x pixels of a row
+DW_S2_TILES = ("4x16", "2x32", "4x32", "2x64")   # depthwise_s2: output rows x pixels of a row (whole rows up to 64)
 BLOCKS = (1, 2, 4, 8, 16)
 GEMM_1X1_PIXELS = 128     # 1x1 convs on planes of at least this many pixels read them in place (`_gemm_1x1`);
                           # on 7x7 maps (P = 49, K up to 960) im2col's packed panels were 1.4x faster
@@ -178,9 +183,10 @@ class Conv2dTemplate(Template):
 
     def space(self, wl: Workload, target=None) -> ConfigSpace:
         if _is_depthwise(wl):
+            strided = _geometry(wl)["SW"] == 2 and _geometry(wl)["DW"] == 1
             return ConfigSpace([
-                Knob("algo", ("dw_blocked", "depthwise")),
-                Knob("regtile", tuple(dict.fromkeys(dwb_tiles(target) + DW_TILES))),
+                Knob("algo", ("dw_blocked", "depthwise") + (("depthwise_s2",) if strided else ())),
+                Knob("regtile", tuple(dict.fromkeys(dwb_tiles(target) + DW_TILES + (DW_S2_TILES if strided else ())))),
                 Knob("parallel", (True, False), code_shape=False),
                 Knob("PB", BLOCKS, code_shape=False),
                 Knob("tile_code", tile_codes(target), before="slp"),   # `depthwise`'s code: SLP or row_taps
@@ -220,6 +226,18 @@ class Conv2dTemplate(Template):
                 return self.space(wl, target).validate({"algo": "depthwise", "regtile": tile, "parallel": par, "PB": 1,
                                                         "tile_code": tile_codes(target)[1] if DEFAULT_VECTOR_IR
                                                         else "slp"})
+            geo = _geometry(wl)
+            if geo["SW"] == 2 and geo["DW"] == 1 and ow >= 8 and vector_shape(target)[0] >= 16 and DEFAULT_VECTOR_IR:
+                # stride 2 along rows of >= 8 output pixels, AVX-512: NCHW as it is, the plane read
+                # in place (`pair_taps`: masked loads for the pads, each input row split once into
+                # its even and odd pixels). 1.4-2.0x faster than dw_blocked on MobileNetV2's
+                # 96@48, 144@24, 96@112, 144@56, 192@28 and MobileNetV3's 72@16, 72@56 (5x5),
+                # 1.3-3.7x onnxruntime's Conv alone; rows of 7 (576@14, 672@14 5x5) stay
+                # dw_blocked (7x16 tiles: 0.7x there). On AVX2 (haswell code, 8-float masked loads)
+                # no faster than dw_blocked (Emerald Rapids, 2026-12-06, experiments/bench_conv.md)
+                tile = "4x16" if ow <= 16 else "4x32"
+                return self.space(wl, target).validate({"algo": "depthwise_s2", "regtile": tile, "parallel": par,
+                                                        "PB": 1, "tile_code": tile_codes(target)[1]})
             # else vectors along 8-channel blocks: strided convs (a phase split copy of the
             # plane costs as much as the regroup) and tiny maps (7x7 and less waste most of a
             # row's vector), 1.0-3.1x faster than vectors along a plane's pixels there
@@ -305,6 +323,8 @@ class Conv2dTemplate(Template):
             return self._lower_depthwise(wl, cfg, geo, epi)
         if cfg["algo"] == "dw_blocked":
             return self._lower_dw_blocked(wl, cfg, geo, epi)
+        if cfg["algo"] == "depthwise_s2":
+            return self._lower_depthwise_s2(wl, cfg, geo, epi)
         if cfg["algo"] == "blocked":
             return self._lower_blocked(wl, cfg, geo, epi)
         mr, nr = _tile_dims(cfg["regtile"])
@@ -492,6 +512,28 @@ class Conv2dTemplate(Template):
                     items=N * C, parallel=cfg["parallel"])
         return Lowered(module, Launch((step,), tables=tables))
 
+    def _lower_depthwise_s2(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
+        """Depthwise with stride 2 along the rows, on NCHW as it is: one kernel, one vector-IR call
+        per tile reading the unpadded plane (`conv2d_depthwise.conv_depthwise_pairs`)."""
+        mr, nr = _tile_dims(cfg["regtile"])
+        lanes = tile_lanes(cfg["tile_code"], nr)
+        N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
+        OC = int(wl.inputs[1]["shape"][0])
+        OH, OW = (int(d) for d in wl.output_shape[2:])
+        KH, KW = geo["KH"], geo["KW"]
+        module = LoopModule((conv_depthwise_pairs(mr, nr, lanes, geo, epi),),
+                            doc=f"conv2d kernel: depthwise_s2 regtile={mr}x{nr} (vec{lanes}) kernel={KH}x{KW} "
+                            f"stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
+                            f"epilogue {[st[0]['op'] for st in epi.steps]}",
+                            meta={"template": f"conv2d v{self.version}"})
+        bias, tables = _bias(wl, OC)
+        extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
+        step = Call("conv", (In(0, (N, C * H * W), "float32"), In(1, (OC * KH * KW,), "float32"), bias, *extras,
+                             Out((N, OC * OH * OW)),
+                             *(Scalar(v) for v in (N, C, OC, H, W, OH, OW, geo["PT"], geo["PL"]))),
+                    items=N * C, parallel=cfg["parallel"])
+        return Lowered(module, Launch((step,), tables=tables))
+
     def _lower_dw_blocked(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
         """Depthwise along channel blocks (the tile's 8 or 16, `conv2d_depthwise`): weights packed at prepare, one
         kernel that regroups each band of input rows into channel blocks itself."""
@@ -533,6 +575,10 @@ def _depthwise_tiles(values: dict) -> str | None:
         return f"depthwise tiles are rows x pixels ({', '.join(DW_TILES)}), one plane per work item (PB=1)"
     if algo == "dw_blocked" and values.get("tile_code", "slp") != "slp":
         return "dw_blocked's tile is SLP code (tile_code='slp'); the vector-IR tile is the depthwise algorithm's"
+    if algo == "depthwise_s2" and (tile not in DW_S2_TILES or values.get("PB", 1) != 1
+                                   or values.get("tile_code", "slp") == "slp"):
+        return f"depthwise_s2 tiles are rows x pixels ({', '.join(DW_S2_TILES)}) of vector-IR code (tile_code " \
+               "vec<lanes>), one plane per work item (PB=1)"
     return None
 
 

@@ -1,6 +1,8 @@
 """Conv2d's depthwise kernels: `dw_blocked`, vectorized along channels (NCHWc, as
-onnxruntime's and TVM's x86 depthwise kernels), and `depthwise` (`conv_depthwise_rows`, at the
-end), vectorized along the pixels of a row of the NCHW planes as they are.
+onnxruntime's and TVM's x86 depthwise kernels), `depthwise` (`conv_depthwise_rows`,
+`conv_depthwise_vector`), vectorized along the pixels of a row of the NCHW planes as they are,
+and `depthwise_s2` (`conv_depthwise_pairs`, at the end), the same for stride 2 along the rows,
+reading the input plane itself.
 
 The `depthwise` algorithm vectorizes along the pixels of one channel plane, so small maps
 (7x7, 14x14) and strides waste most lanes. Here the kernel regroups the input into blocks of
@@ -338,3 +340,60 @@ def conv_depthwise_vector(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue
         _per_plane(pad_plane_flat(flat), (), tile, mr, back),
     )
     return Function("conv", _plane_params("float32[::1]", epi), epi.prelude() + body)
+
+
+def conv_depthwise_pairs(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue) -> Function:
+    """The `depthwise_s2` kernel (stride 2 along the rows): NCHW as it is, one
+    `codegen.vector_tile.pair_taps` call per tile of MR output rows x NR pixels, reading the
+    input plane itself. No padded copy (the pads are masked loads) and no regroup into channel
+    blocks: each input row the tile reads is loaded once and split into its even and odd
+    pixels, which serve every tap of that row and every output row reading it. Tiles cover
+    NR pixels of a row (the whole row where it is at most NR wide); a tile's last pixels and
+    rows past the plane are masked, so every tile stores in place. A Relu or ReLU6 runs in
+    registers (`Epilogue.clamp_bounds`); any other epilogue runs over the stored tile after,
+    or, where a residual input may be the output itself (`Epilogue.reads_output_sized`), the
+    tile goes through `ct`."""
+    g = geo
+    clamp = epi.clamp_bounds()
+    lo, hi = clamp or NO_CLAMP
+    literals = f"{mr}, {g['SH']}, {g['KH']}, {g['KW']}, {g['DH']}, {nr}, {lanes}"
+    in_place = not epi.reads_output_sized
+
+    def call(out: str, offset: str, stride: str) -> Call:
+        return Call(f"pair_taps(xn, ic * H * W, W, oh0 * {g['SH']} - PT, H, W, ow0 * 2 - PL, Wd, oc * KK, bo, "
+                    f"{out}, {offset}, {stride}, nrow, ncol, lo, hi, {literals})")
+    assigns, result = epi.emit("v", "n * OC + oc", "oh * OW + ow0 + q", "e", c="oc") if clamp is None else ([], "v")
+    rows = For("r", "0", "nrow", (
+        Assign("oh", "oh0 + r"), Assign("ob", "np.uint64((oc * OH + oh) * OW + ow0)"),
+        For("q", "0", "ncol", (Assign("v", f"ct[np.uint64(r * {nr} + q)]" if not in_place else "oimg[ob + np.uint64(q)]"),)
+            + tuple(Assign(n, e) for n, e in assigns) + (Assign("oimg[ob + np.uint64(q)]", result),)),
+    ))
+    if in_place:
+        tile = (call("oimg", "(oc * OH + oh0) * OW + ow0", "OW"),) + ((rows,) if clamp is None else ())
+    else:
+        tile = (call("ct", "0", str(nr)), rows)
+    body = (
+        Assign("M", "OC // C"), Assign("KK", str(g["KH"] * g["KW"])),
+        Assign("n_ht", f"(OH + {mr - 1}) // {mr}"), Assign("n_owt", f"(OW + {nr - 1}) // {nr}"),
+        Alloc("ct", (str(mr * nr),)), Assign("lo", lo), Assign("hi", hi),
+        thread_share("it", "N * C", body=(
+            Assign("n", "it // C"), Assign("ic", "it % C"),
+            Assign("xn", "X[n]"), Assign("oimg", "out[n]"),
+            For("m", "0", "M", (
+                Assign("oc", "ic * M + m"), Assign("bo", "bias[oc]"),
+                For("ht", "0", "n_ht", (
+                    Assign("oh0", f"ht * {mr}"), Assign("nrow", f"min({mr}, OH - oh0)"),
+                    For("owt", "0", "n_owt", (
+                        Assign("ow0", f"owt * {nr}"), Assign("ncol", f"min({nr}, OW - ow0)"),
+                        Comment(f"{mr}x{nr} stride-2 depthwise tile (rows x pixels), one pair_taps call "
+                                f"({lanes}-float vectors)"),
+                        *tile,
+                    )),
+                )),
+            )),
+        )),
+    )
+    params = (Param("X", "float32[:, ::1]"), Param("Wd", "float32[::1]"), Param("bias", "float32[::1]")) \
+        + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, ::1]"),) + tuple(
+        Param(n, "int64") for n in ("N", "C", "OC", "H", "W", "OH", "OW", "PT", "PL", "t", "T"))
+    return Function("conv", params, epi.prelude() + body)

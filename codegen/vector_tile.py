@@ -45,7 +45,7 @@ from numba.core.extending import intrinsic
 # in the import line generated sources carry (codegen.source), so that a change of the IR
 # below changes their text, hence their cache key (numba's cache does not track this file)
 VERSION = 6   # v2: the nest form (n_k a tuple of outer loops); v3: its column-major C tile; v4: regroup_channels;
-#             v5: its stride S and masked tail (row_taps came later, new: no cached source called it); v6: pair_taps
+#             v5: its stride S and masked tail (row_taps came later, new: no cached source called it); v6: plane_taps
 
 _F32 = ir.FloatType()
 _I64 = ir.IntType(64)
@@ -320,40 +320,42 @@ def row_taps(typingctx, X, x_offsets, x_rowstride, Wt, w_offset, bias, C, c_offs
 
 
 @intrinsic(prefer_literal=True)
-def pair_taps(typingctx, X, x_offset, x_rowstride, h0, H, W, j0, Wt, w_offset, bias, C, c_offset, c_rowstride,
-              n_rows, n_cols, lo, hi, MR, SH, KH, KW, DH, NR, LANES):
-    """A stride-2 depthwise conv's MR output rows x NR pixels of one channel plane, read
-    straight from the unpadded NCHW plane (no padded copy), in registers:
+def plane_taps(typingctx, X, x_offset, x_rowstride, h0, H, W, j0, Wt, w_offset, bias, C, c_offset, c_rowstride,
+               n_rows, n_cols, lo, hi, MR, SH, KH, KW, DH, DW, S, NR, LANES):
+    """A depthwise conv's MR output rows x NR pixels of one channel plane, read straight from
+    the unpadded NCHW plane (no padded copy), in registers:
 
         C[c_offset + r * c_rowstride + c] = clamp(bias + sum over kh < KH, kw < KW of
-            Wt[w_offset + kh * KW + kw] * x(h0 + r * SH + kh * DH, j0 + 2 * c + kw), lo, hi)
+            Wt[w_offset + kh * KW + kw] * x(h0 + r * SH + kh * DH, j0 + S * c + kw * DW), lo, hi)
 
     x(h, j) = X[x_offset + h * x_rowstride + j] where 0 <= h < H and 0 <= j < W, else 0 (the
     pads, so h0 and j0 are the window's first row and column, negative in the pads: loads are
-    masked, so nothing outside the plane is read). Only rows r < n_rows and
-    pixels c < n_cols are stored (masked). Each input row the tile reads is loaded once (2 *
-    LANES floats a vector of outputs, masked), split into its even and odd pixels (one
-    permute each), and every tap is one of those, or one shifted by whole lanes (one more
-    permute, from the neighbouring vector): a 3x3 kernel costs 3 permutes an input row and
-    vector, where `row_taps` (a permute per tap) costs 3 per output row and kernel row, on
-    top of the padded copy it reads. MR, SH, KH, KW, DH, NR, LANES integer literals; NR a
-    multiple of LANES; KW <= 2 * LANES + 1; float32."""
-    lit = {n: _literal_int(t, n) for t, n in ((MR, "MR"), (SH, "SH"), (KH, "KH"), (KW, "KW"), (DH, "DH"),
-                                              (NR, "NR"), (LANES, "LANES"))}
-    mr, sh, kh_, kw_, dh, nr, lanes = lit.values()
-    if lanes < 1 or nr < lanes or nr % lanes or min(mr, sh, kh_, kw_, dh) < 1 or kw_ > 2 * lanes + 1:
-        raise TypingError(f"pair_taps: NR={nr} must be a multiple of LANES={lanes}; MR, SH, KH, KW, DH >= 1; "
-                          f"KW={kw_} <= 2 * LANES + 1")
-    _require_arrays("pair_taps", (("X", X), ("Wt", Wt), ("C", C)))
-    _require_integers("pair_taps", tuple((n, t) for n, t in (
+    masked, so nothing outside the plane is read). Only rows r < n_rows and pixels c < n_cols
+    are stored (masked). Each input row the tile reads is loaded once (S * LANES floats a
+    vector of outputs, masked) and split into its S phases (every S-th pixel: one permute
+    each at S = 2, none at S = 1); every tap is one of those, or one shifted by whole lanes
+    (one more permute, from the next vector), and serves every output row reading that input
+    row. A 3x3 kernel at stride 2 costs 3 permutes an input row and vector, where `row_taps`
+    (a permute per tap) costs 3 per output row and kernel row; at stride 1, 2 permutes where
+    `row_taps` makes 3 unaligned loads per output row and kernel row, mostly split across
+    cache lines. MR, SH, KH, KW, DH, DW, S, NR, LANES integer literals; NR a multiple of LANES;
+    (KW - 1) * DW <= S * LANES; float32."""
+    lit = {n: _literal_int(t, n) for t, n in ((MR, "MR"), (SH, "SH"), (KH, "KH"), (KW, "KW"), (DH, "DH"), (DW, "DW"),
+                                              (S, "S"), (NR, "NR"), (LANES, "LANES"))}
+    mr, sh, kh_, kw_, dh, dw_, st, nr, lanes = lit.values()
+    if lanes < 1 or nr < lanes or nr % lanes or min(mr, sh, kh_, kw_, dh, dw_, st) < 1 or (kw_ - 1) * dw_ > st * lanes:
+        raise TypingError(f"plane_taps: NR={nr} must be a multiple of LANES={lanes}; MR, SH, KH, KW, DH, DW, S >= 1; "
+                          f"(KW - 1) * DW = {(kw_ - 1) * dw_} <= S * LANES")
+    _require_arrays("plane_taps", (("X", X), ("Wt", Wt), ("C", C)))
+    _require_integers("plane_taps", tuple((n, t) for n, t in (
         ("x_offset", x_offset), ("x_rowstride", x_rowstride), ("h0", h0), ("H", H), ("W", W), ("j0", j0),
         ("w_offset", w_offset), ("c_offset", c_offset), ("c_rowstride", c_rowstride), ("n_rows", n_rows),
         ("n_cols", n_cols))))
     for name, t in (("bias", bias), ("lo", lo), ("hi", hi)):
         if not isinstance(t, types.Float):
-            raise TypingError(f"pair_taps: {name} must be a float, got {t}")
+            raise TypingError(f"plane_taps: {name} must be a float, got {t}")
     sig = types.void(X, x_offset, x_rowstride, h0, H, W, j0, Wt, w_offset, bias, C, c_offset, c_rowstride,
-                     n_rows, n_cols, lo, hi, MR, SH, KH, KW, DH, NR, LANES)
+                     n_rows, n_cols, lo, hi, MR, SH, KH, KW, DH, DW, S, NR, LANES)
 
     def codegen(context, builder, sig, args):
         def i64(i):
@@ -365,8 +367,8 @@ def pair_taps(typingctx, X, x_offset, x_rowstride, h0, H, W, j0, Wt, w_offset, b
         x_data = context.make_array(sig.args[0])(context, builder, args[0]).data
         w_data = context.make_array(sig.args[7])(context, builder, args[7]).data
         c_data = context.make_array(sig.args[10])(context, builder, args[10]).data
-        vty, nv, fma, zero, vector_at, splat = _vector_kit(builder, nr, lanes)
-        i32, wide = ir.IntType(32), 2 * lanes
+        vty, nv, fma, _, vector_at, splat = _vector_kit(builder, nr, lanes)
+        i32, wide = ir.IntType(32), st * lanes
         wty, wmask = ir.VectorType(_F32, wide), ir.VectorType(ir.IntType(1), wide)
         mload = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
             wty, [wty.as_pointer(), i32, wmask, wty]), f"llvm.masked.load.v{wide}f32.p0")
@@ -380,14 +382,14 @@ def pair_taps(typingctx, X, x_offset, x_rowstride, h0, H, W, j0, Wt, w_offset, b
             v = builder.insert_element(ir.Constant(t, ir.Undefined), builder.trunc(value, i32), ir.Constant(i32, 0))
             return builder.shuffle_vector(v, ir.Constant(t, ir.Undefined), ir.Constant(t, [0] * n))
 
-        # the columns' masks, per vector v of outputs (v = 0 .. nv: the taps' shifts reach the next one)
-        shifts = [(kw % 2, kw // 2) for kw in range(kw_)]   # (parity, whole-lane shift) per tap
+        shifts = [(kw * dw_ % st, kw * dw_ // st) for kw in range(kw_)]   # (phase, whole-lane shift) per tap
         col_start, width_v = splat_int(col0, wide), splat_int(width, wide)
         col_masks = {}
 
         def cols_ok(v):
+            """The columns of output vector v's load (v = 0 .. nv: the taps' shifts reach the next one)."""
             if v not in col_masks:
-                cols = builder.add(col_start, ir.Constant(ir.VectorType(i32, wide), [2 * lanes * v + i for i in range(wide)]))
+                cols = builder.add(col_start, ir.Constant(ir.VectorType(i32, wide), [wide * v + i for i in range(wide)]))
                 col_masks[v] = builder.and_(builder.icmp_signed(">=", cols, ir.Constant(cols.type, [0] * wide)),
                                             builder.icmp_signed("<", cols, width_v))
             return col_masks[v]
@@ -399,30 +401,29 @@ def pair_taps(typingctx, X, x_offset, x_rowstride, h0, H, W, j0, Wt, w_offset, b
         for r in range(mr):
             for kh in range(kh_):
                 uses.setdefault(r * sh + kh * dh, []).append((r, kh))
-        none = ir.Constant(wmask, [0] * wide)
+        none, zeros = ir.Constant(wmask, [0] * wide), ir.Constant(wty, [0.0] * wide)
         for rr in sorted(uses):
             h = builder.add(top, ir.Constant(_I64, rr))
             row_ok = builder.and_(builder.icmp_signed(">=", h, ir.Constant(_I64, 0)), builder.icmp_signed("<", h, height))
             row_at = builder.add(x_off, builder.add(builder.mul(h, x_rs), col0))
-            parity = {}
+            phases = {}
 
-            def half(v, p):
-                """The row's even (p = 0) or odd pixels of output vector v: lanes l of x(h, j0 + 2 * (v * LANES + l) + p)."""
-                if (v, p) not in parity:
-                    if (v, 0) not in parity:
-                        at = builder.add(row_at, ir.Constant(_I64, 2 * lanes * v))
-                        ptr = builder.bitcast(builder.gep(x_data, [at]), wty.as_pointer())
-                        pair = builder.call(mload, [ptr, align, builder.select(row_ok, cols_ok(v), none),
-                                                    ir.Constant(wty, [0.0] * wide)])
-                        for q in (0, 1):
-                            parity[(v, q)] = builder.shuffle_vector(pair, ir.Constant(wty, ir.Undefined), ir.Constant(
-                                ir.VectorType(i32, lanes), [2 * i + q for i in range(lanes)]))
-                return parity[(v, p)]
+            def phase(v, p):
+                """Lanes l of x(h, j0 + S * (v * LANES + l) + p): the row's phase p of output vector v."""
+                if (v, p) not in phases:
+                    at = builder.add(row_at, ir.Constant(_I64, wide * v))
+                    ptr = builder.bitcast(builder.gep(x_data, [at]), wty.as_pointer())
+                    run = builder.call(mload, [ptr, align, builder.select(row_ok, cols_ok(v), none), zeros])
+                    for q in range(st):
+                        phases[(v, q)] = run if st == 1 else builder.shuffle_vector(
+                            run, ir.Constant(wty, ir.Undefined),
+                            ir.Constant(ir.VectorType(i32, lanes), [st * i + q for i in range(lanes)]))
+                return phases[(v, p)]
 
             def tap(v, p, s):
                 if s == 0:
-                    return half(v, p)
-                return builder.shuffle_vector(half(v, p), half(v + 1, p), ir.Constant(
+                    return phase(v, p)
+                return builder.shuffle_vector(phase(v, p), phase(v + 1, p), ir.Constant(
                     ir.VectorType(i32, lanes), [s + i for i in range(lanes)]))
             for kw, (p, s) in enumerate(shifts):
                 for v in range(nv):

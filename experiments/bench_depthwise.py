@@ -2,12 +2,12 @@
 side with onnxruntime, 1 thread, CPU time of the calling thread, interleaved rounds, medians.
 
     python experiments/bench_depthwise.py [--rounds 5] [--only SUBSTR] [--tiles 2x16,4x8]
-        [--vec-tiles 4x16,2x32] [--blocked-tiles 8x8,14x16] [--s2-tiles 4x16,4x32] [--nets V2@224]
+        [--vec-tiles 4x16,2x32] [--blocked-tiles 8x8,14x16] [--plane-tiles 4x16,4x32] [--nets V2@224]
 
 Per layer: `dw_blocked` (channel blocks, vectors along channels) for each blocked tile given
 (pixels x channels of a block), `depthwise` (NCHW as it is, vectors along a row's pixels) for
 each tile given (`--tiles`: its SLP code; `--vec-tiles`: its vector-IR code, `row_taps`),
-`depthwise_s2` on stride-2 layers (`--s2-tiles`: `pair_taps`, the plane read in place), the
+`dw_plane` (`--plane-tiles`: `plane_taps`, the plane read in place), the
 template's default, and onnxruntime's
 Conv + Relu alone (which runs its NCHWc kernel between a reorder of the input and of the output:
 inside a model those reorders are shared by neighbouring convs, so its in-model time is lower).
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tiles", default="2x16,4x8,4x16")
     ap.add_argument("--vec-tiles", default="4x16,2x32")
     ap.add_argument("--blocked-tiles", default="8x8")
-    ap.add_argument("--s2-tiles", default="4x16,4x32,2x64", help="depthwise_s2 tiles (stride-2 layers only)")
+    ap.add_argument("--plane-tiles", default="4x16,4x32")
     ap.add_argument("--nets", default="", help="comma-separated nets (V2@96, V2@224, V3@32, V3@224); "
                     "V2@224 means every MobileNetV2 depthwise layer")
     args = ap.parse_args(argv)
@@ -64,9 +64,9 @@ def main(argv=None) -> int:
     wls = [conv_wl(1, c, h, h, c, k=k, s=s, p=k // 2, g=c, epi=("relu",)) for _, c, h, k, s in layers]
     btiles = [t for t in args.blocked_tiles.split(",") if t]
     vtiles = [t for t in args.vec_tiles.split(",") if t]
-    s2tiles = [t for t in args.s2_tiles.split(",") if t]
+    ptiles = [t for t in args.plane_tiles.split(",") if t]
     names = [f"dw_blocked {t}" for t in btiles] + [f"depthwise {t}" for t in args.tiles.split(",") if t] \
-        + [f"depthwise vec {t}" for t in vtiles] + [f"depthwise_s2 {t}" for t in s2tiles]
+        + [f"depthwise vec {t}" for t in vtiles] + [f"dw_plane {t}" for t in ptiles]
     vec = tile_codes()[1]
 
     def configs(wl):
@@ -81,9 +81,9 @@ def main(argv=None) -> int:
         for t in vtiles:
             out[f"depthwise vec {t}"] = conv.space(wl).validate({**base, "algo": "depthwise", "regtile": t, "PB": 1,
                                                                   "tile_code": vec})
-        for t in s2tiles:
-            if "depthwise_s2" in conv.space(wl)._by_name["algo"].options:
-                out[f"depthwise_s2 {t}"] = conv.space(wl).validate({**base, "algo": "depthwise_s2", "regtile": t,
+        for t in ptiles:
+            if "dw_plane" in conv.space(wl)._by_name["algo"].options:
+                out[f"dw_plane {t}"] = conv.space(wl).validate({**base, "algo": "dw_plane", "regtile": t,
                                                                      "PB": 1, "tile_code": vec})
         return out
     cfgs = [configs(wl) for wl in wls]

@@ -83,7 +83,7 @@ def test_default_config_is_in_the_space_and_fits_the_shape(wl):
     cfg = CONV.default_config(wl)
     assert CONV.space(wl).validate(cfg) == cfg
     dw = wl.inputs[1]["shape"][1] == 1 and wl.nodes()[0].attrs.get("group", 1) > 1
-    assert (cfg["algo"] in ("depthwise", "dw_blocked", "depthwise_s2")) == dw, "depthwise convs get their own schedules"
+    assert (cfg["algo"] in ("depthwise", "dw_blocked", "dw_plane")) == dw, "depthwise convs get their own schedules"
     # a handoff to a second thread costs more than a tiny conv runs
     from schedules.templates.conv2d import THREAD_WAKE_FLOPS
     assert cfg["parallel"] == (wl.flops() >= THREAD_WAKE_FLOPS)
@@ -259,11 +259,14 @@ def test_depthwise_rows_reads_nchw_with_edges_strides_and_small_planes(compiled)
 
 def test_depthwise_default_reads_nchw_on_wide_stride_one_maps():
     """Stride 1 with rows of >= 12 pixels: the NCHW `depthwise` kernel; strided convs and small
-    maps: channel blocks (`dw_blocked`); stride 2 on AVX-512 reads NCHW too (`depthwise_s2`)."""
-    assert CONV.default_config(depthwise_wl(1, 144, 24, 24))["algo"] == "depthwise"
+    maps: channel blocks (`dw_blocked`), on AVX2; AVX-512 reads the NCHW plane in place on rows of
+    >= 8 pixels, strided too (`dw_plane`)."""
+    assert CONV.default_config(depthwise_wl(1, 144, 24, 24), AVX2)["algo"] == "depthwise"
     assert CONV.default_config(depthwise_wl(1, 96, 48, 48, s=2), AVX2)["algo"] == "dw_blocked"
-    assert CONV.default_config(depthwise_wl(1, 96, 48, 48, s=2), AVX512)["algo"] == "depthwise_s2"
-    assert CONV.default_config(depthwise_wl(1, 960, 7, 7))["algo"] == "dw_blocked"
+    for wl in (depthwise_wl(1, 144, 24, 24), depthwise_wl(1, 96, 48, 48, s=2), depthwise_wl(1, 96, 8, 8, k=5, p=2)):
+        assert CONV.default_config(wl, AVX512)["algo"] == "dw_plane"
+    for target in (AVX2, AVX512):
+        assert CONV.default_config(depthwise_wl(1, 960, 7, 7), target)["algo"] == "dw_blocked"
 
 
 
@@ -577,18 +580,24 @@ def test_dw_blocked_avx512_channel_blocks_match_numpy(wl, tile):
     check(CONV, wl, cfg)
 
 
-@pytest.mark.parametrize("h, avx512", [(48, "4x16"), (24, "4x16"), (14, "4x8"), (12, "4x8")])
-def test_depthwise_rows_take_16_pixel_vectors_on_avx512(h, avx512):
-    """Stride-1 depthwise convs on rows of >= 24 pixels run the 4x16 tile by default on AVX-512
-    (one zmm per row), narrower rows and AVX2 the 4x8, as vector-IR tiles of the target's lanes;
-    the default computes what NumPy does."""
+@pytest.mark.parametrize("h, avx512", [(48, "4x16"), (24, "4x32"), (14, "4x16"), (12, "4x16"), (8, "4x8")])
+def test_depthwise_default_tiles_per_vector_shape(h, avx512):
+    """Stride-1 depthwise convs: on AVX-512 `dw_plane` with tiles as wide as the row wastes least
+    (rows of 48: 3 tiles of 16; of 24: one of 32); on AVX2 the `depthwise` row_taps tile 4x8
+    (rows of >= 12 pixels), as vector-IR code of the target's lanes with ReLU6 in registers; both
+    compute what NumPy does."""
     wl = depthwise_wl(1, 24, h, h, k=3, s=1, p=1, epi=("clip",))
     cfg = CONV.default_config(wl, AVX512)
-    assert (cfg["algo"], cfg["regtile"], cfg["tile_code"]) == ("depthwise", avx512, "vec16")
-    assert (CONV.default_config(wl, AVX2)["regtile"], CONV.default_config(wl, AVX2)["tile_code"]) == ("4x8", "vec8")
+    assert (cfg["algo"], cfg["regtile"], cfg["tile_code"]) == ("dw_plane", avx512, "vec16")
     src = render(CONV.lower(wl, cfg).module)
-    assert "row_taps(" in src and "oimg[uq]" not in src   # ReLU6 in registers: no pass over the tile
+    assert "plane_taps(" in src and "oimg[ob" not in src   # ReLU6 in registers: no pass over the tile
     check(CONV, wl, cfg)
+    if h >= 12:
+        cfg = CONV.default_config(wl, AVX2)
+        assert (cfg["algo"], cfg["regtile"], cfg["tile_code"]) == ("depthwise", "4x8", "vec8")
+        src = render(CONV.lower(wl, cfg).module)
+        assert "row_taps(" in src and "oimg[uq]" not in src
+        check(CONV, wl, cfg)
 
 
 def test_dw_blocked_tiles_follow_the_vector_shape():
@@ -612,31 +621,35 @@ def test_dw_blocked_tiles_follow_the_vector_shape():
     (depthwise_wl(1, 6, 13, 13, k=3, s=2, p=1, bias=False), "2x64"),            # no epilogue, no bias, odd plane
     (depthwise_wl(1, 4, 10, 150, k=3, s=2, p=1, epi=("relu",)), "4x32"),        # 75-pixel rows: three column tiles
     (depthwise_wl(1, 4, 11, 20, k=3, s=2, p=0, epi=("relu",)), "4x16"),         # no pads
-], ids=["s2-narrow", "s2-residual", "mult-chan", "5x5-tiny", "plain", "wide", "unpadded"])
-def test_depthwise_s2_matches_numpy(wl, tile):
-    """algo depthwise_s2: one `pair_taps` call per tile on the unpadded input plane (no copy of
+    (depthwise_wl(1, 6, 24, 24, k=3, s=1, p=1, epi=("clip",)), "4x32"),         # stride 1, 24-pixel rows
+    (depthwise_wl(2, 5, 9, 37, k=5, s=1, p=2, epi=("res", "relu")), "4x8"),     # stride 1, 5x5, residual, batch 2
+    (depthwise_wl(1, 4, 12, 21, k=3, s=1, p=2, d=2, epi=("relu",)), "2x32"),    # dilated 2 along both axes
+], ids=["s2-narrow", "s2-residual", "mult-chan", "5x5-tiny", "plain", "wide", "unpadded", "s1", "s1-5x5-res",
+        "dilated"])
+def test_dw_plane_matches_numpy(wl, tile):
+    """algo dw_plane: one `plane_taps` call per tile on the unpadded input plane (no copy of
     it), the pads as masked loads, partial tiles stored masked in place; a residual's tiles
     through ct, epilogues other than Relu/ReLU6 run over the stored tile."""
-    cfg = config(wl, algo="depthwise_s2", regtile=tile, PB=1, tile_code=tile_codes()[1])
+    cfg = config(wl, algo="dw_plane", regtile=tile, PB=1, tile_code=tile_codes()[1])
     src = render(CONV.lower(wl, cfg).module)
-    assert "pair_taps(" in src and "xp[" not in src, "the plane read in place"
+    assert "plane_taps(" in src and "xp[" not in src, "the plane read in place"
     check(CONV, wl, cfg)
 
 
-def test_depthwise_s2_is_the_avx512_default_for_stride_2_rows_of_8_or_more():
-    """AVX-512: stride-2 depthwise convs with rows of >= 8 output pixels default to
-    depthwise_s2 (4x16 up to 16 pixels, else 4x32); rows of 7 and AVX2 keep dw_blocked. The
-    algorithm is offered only where the stride along the rows is 2 (and no dilation there), as
-    vector-IR code."""
-    for h, tile in ((48, "4x32"), (24, "4x16"), (112, "4x32"), (16, "4x16")):
-        wl = depthwise_wl(1, 32, h, h, k=3, s=2, p=1, epi=("clip",))
+def test_dw_plane_is_the_avx512_default_for_rows_of_8_or_more():
+    """AVX-512: stride-1 and stride-2 depthwise convs with rows of >= 8 output pixels default to
+    dw_plane (`dw_plane_tile`); rows of 7 and AVX2's strided convs keep dw_blocked. The algorithm is
+    offered where a tap's shift stays within a vector ((KW - 1) * DW <= 4), as vector-IR code only."""
+    for h, s, tile in ((48, 2, "4x32"), (24, 2, "4x16"), (112, 2, "4x32"), (16, 2, "4x8"), (56, 1, "4x32")):
+        wl = depthwise_wl(1, 32, h, h, k=3, s=s, p=1, epi=("clip",))
         cfg = CONV.default_config(wl, AVX512)
-        assert (cfg["algo"], cfg["regtile"], cfg["tile_code"]) == ("depthwise_s2", tile, "vec16")
-        assert CONV.default_config(wl, AVX2)["algo"] == "dw_blocked"
+        assert (cfg["algo"], cfg["regtile"], cfg["tile_code"]) == ("dw_plane", tile, "vec16")
+        assert CONV.default_config(wl, AVX2)["algo"] == ("dw_blocked" if s == 2 else "depthwise")
     assert CONV.default_config(depthwise_wl(1, 32, 14, 14, k=3, s=2, p=1), AVX512)["algo"] == "dw_blocked"
-    for wl in (depthwise_wl(1, 8, 12, 12, s=1), depthwise_wl(1, 8, 12, 12, s=3), depthwise_wl(1, 8, 12, 12, s=2, d=2)):
-        assert "depthwise_s2" not in next(k for k in CONV.space(wl).knobs if k.name == "algo").options
+    assert CONV.default_config(depthwise_wl(1, 32, 30, 30, k=3, s=3, p=1), AVX512)["algo"] == "dw_blocked"
+    for wl in (depthwise_wl(1, 8, 12, 12, k=7, p=3), depthwise_wl(1, 8, 12, 12, s=2, d=3)):
+        assert "dw_plane" not in next(k for k in CONV.space(wl).knobs if k.name == "algo").options
     wl = depthwise_wl(1, 8, 12, 12, s=2)
-    with pytest.raises(ConfigError, match="depthwise_s2 tiles"):
-        CONV.space(wl).validate({**CONV.default_config(wl).to_json(), "algo": "depthwise_s2", "regtile": "4x16",
+    with pytest.raises(ConfigError, match="dw_plane tiles"):
+        CONV.space(wl).validate({**CONV.default_config(wl).to_json(), "algo": "dw_plane", "regtile": "4x16",
                                  "PB": 1, "tile_code": "slp"})

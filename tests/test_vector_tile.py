@@ -303,20 +303,23 @@ def test_row_taps_matches_numpy_and_writes_only_its_tile(backend, mr, nr, lanes,
         assert (C[~written] == -7).all()
 
 
-@pytest.mark.parametrize("mr,sh,k,dh,nr,lanes", [(4, 2, 3, 1, 32, 16), (2, 2, 3, 1, 16, 16), (3, 2, 5, 1, 32, 16),
-                                                 (2, 1, 3, 2, 16, 8), (4, 2, 3, 1, 16, 8), (1, 2, 1, 1, 8, 4)])
-def test_pair_taps_matches_numpy_and_writes_only_its_tile(backend, mr, sh, k, dh, nr, lanes):
-    """`pair_taps`: a stride-2 depthwise tile read straight from an unpadded plane: window
+@pytest.mark.parametrize("mr,sh,k,dh,sw,nr,lanes", [(4, 2, 3, 1, 2, 32, 16), (2, 2, 3, 1, 2, 16, 16), (3, 2, 5, 1, 2, 32, 16),
+                                                    (2, 1, 3, 2, 2, 16, 8), (4, 2, 3, 1, 2, 16, 8), (1, 2, 1, 1, 2, 8, 4),
+                                                    (4, 1, 3, 1, 1, 32, 16), (2, 1, 5, 1, 1, 16, 16), (3, 2, 3, 2, 1, 8, 8),
+                                                    (2, 1, 3, 1, 3, 16, 8)])
+def test_plane_taps_matches_numpy_and_writes_only_its_tile(backend, mr, sh, k, dh, sw, nr, lanes):
+    dwc = 2 if (sw, k) == (1, 3) and mr == 3 else 1   # one case dilated along the rows too
+    """`plane_taps`: a depthwise tile (stride 1, 2 or 3 along the rows) read straight from an unpadded plane: window
     rows and columns outside the plane (the pads, on every side) count as zeros and are never
     read; only the first n_rows x n_cols of the tile are written."""
     from schedules.loopnest import Call
-    call = Call(f"pair_taps(X, xo, W, h0, H, W, j0, Wt, wo, bias, C, co, cr, nrow, ncol, lo, hi, "
-                f"{mr}, {sh}, {k}, {k}, {dh}, {nr}, {lanes})")
+    call = Call(f"plane_taps(X, xo, W, h0, H, W, j0, Wt, wo, bias, C, co, cr, nrow, ncol, lo, hi, "
+                f"{mr}, {sh}, {k}, {k}, {dh}, {dwc}, {sw}, {nr}, {lanes})")
     params = (Param("X", "float32[::1]"), Param("Wt", "float32[::1]"), Param("C", "float32[::1]"),
               Param("bias", "float32"), Param("lo", "float32"), Param("hi", "float32")) \
         + tuple(Param(n, "int64") for n in ("xo", "h0", "H", "W", "j0", "wo", "co", "cr", "nrow", "ncol"))
     fn = backend.load(backend.compile(LoopModule((Function("taps", params, (call,)),))))["taps"]
-    rng = np.random.default_rng(mr * nr + k * sh)
+    rng = np.random.default_rng(mr * nr + k * sh + sw)
     Wt = rng.standard_normal(k * k + 5).astype(np.float32)
     wo, co, cr, bias = 5, 3, nr + 7, np.float32(0.25)
     for H, W, h0, j0 in ((2 * mr + 4, 2 * nr, -1, -1), (7, 7, 4, -2), (12, 2 * nr + 9, 3, 10), (5, 30, -3, 20)):
@@ -327,7 +330,7 @@ def test_pair_taps_matches_numpy_and_writes_only_its_tile(backend, mr, sh, k, dh
         for r in range(mr):
             for kh in range(k):
                 for kw in range(k):
-                    want[r] += Wt[wo + kh * k + kw] * plane[120 + h0 + r * sh + kh * dh, 120 + j0 + kw + 2 * np.arange(nr)]
+                    want[r] += Wt[wo + kh * k + kw] * plane[120 + h0 + r * sh + kh * dh, 120 + j0 + kw * dwc + sw * np.arange(nr)]
         for nrow, ncol, (lo, hi) in ((mr, nr, (-np.inf, np.inf)), (mr - 1 or 1, nr - 3, (0.0, np.inf)),
                                      (1, 1, (-0.5, 0.75))):
             C = np.full(co + mr * cr, -7.0, np.float32)

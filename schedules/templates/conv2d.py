@@ -35,10 +35,10 @@ Algorithms (`algo`):
 - `depthwise` (the same convs, the default for stride 1 with rows of >= 12 pixels): NCHW as it
   is, a rows x pixels tile per output channel, vectors along the pixels of a row, weights as
   scalars (`conv2d_depthwise.conv_depthwise_rows`);
-- `depthwise_s2` (the same convs with stride 2 along the rows, the AVX-512 default for rows of >= 8
+- `dw_plane` (the same convs with stride 2 along the rows, the AVX-512 default for rows of >= 8
   output pixels): NCHW as it is, the input plane read in place (no padded copy: the pads are
   masked loads), each input row split once into its even and odd pixels for all its taps
-  (`conv2d_depthwise.conv_depthwise_pairs`, `codegen.vector_tile.pair_taps`).
+  (`conv2d_depthwise.conv_depthwise_plane`, `codegen.vector_tile.plane_taps`).
 
 Strided convs read a *phase-split* copy of the input: the pad step writes
 `Xp[n, c, ih, phase, j]` = x[n, c, ih - PT, j * SW + phase - PL], so the pixels one
@@ -67,7 +67,7 @@ from schedules.space import Config, ConfigSpace, Knob
 from schedules.template import Lowered, Template
 from schedules.templates.conv2d_blocked import (DEFAULT_VECTOR_IR, channel_block, conv_blocked, pack_w_blocked,
                                                 pad_blocked, pixel_run, residual_split, tap_order)
-from schedules.templates.conv2d_depthwise import (DWB_ALL_TILES, conv_depthwise, conv_depthwise_pairs,
+from schedules.templates.conv2d_depthwise import (DWB_ALL_TILES, conv_depthwise, conv_depthwise_plane,
                                                   conv_depthwise_rows, conv_depthwise_vector, dwb_default_tile,
                                                   dwb_tiles, pack_w_depthwise)
 
@@ -105,7 +105,7 @@ PX_TILES = {(8, 16): ("4x16", "6x16", "4x16"), (16, 32): ("8x32", "8x32", "8x32"
 # Ice Lake, 2026-12-03, experiments/bench_conv.md); AVX2 keeps PX_TILES
 PX_DEEP_TILE = {(16, 32): "14x32"}
 DW_TILES = ("4x8", "2x16", "4x16", "2x32")     # depthwise: output rows x pixels of a row
-DW_S2_TILES = ("4x16", "2x32", "4x32", "2x64")   # depthwise_s2: output rows x pixels of a row (whole rows up to 64)
+DW_PLANE_TILES = ("4x8", "4x16", "2x32", "4x32", "2x64")   # dw_plane: output rows x pixels of a row
 BLOCKS = (1, 2, 4, 8, 16)
 GEMM_1X1_PIXELS = 128     # 1x1 convs on planes of at least this many pixels read them in place (`_gemm_1x1`);
                           # on 7x7 maps (P = 49, K up to 960) im2col's packed panels were 1.4x faster
@@ -183,10 +183,11 @@ class Conv2dTemplate(Template):
 
     def space(self, wl: Workload, target=None) -> ConfigSpace:
         if _is_depthwise(wl):
-            strided = _geometry(wl)["SW"] == 2 and _geometry(wl)["DW"] == 1
+            geo = _geometry(wl)
+            plane = (geo["KW"] - 1) * geo["DW"] <= 4   # a tap's shift within one vector of 4 or more lanes (`plane_taps`)
             return ConfigSpace([
-                Knob("algo", ("dw_blocked", "depthwise") + (("depthwise_s2",) if strided else ())),
-                Knob("regtile", tuple(dict.fromkeys(dwb_tiles(target) + DW_TILES + (DW_S2_TILES if strided else ())))),
+                Knob("algo", ("dw_blocked", "depthwise") + (("dw_plane",) if plane else ())),
+                Knob("regtile", tuple(dict.fromkeys(dwb_tiles(target) + DW_TILES + (DW_PLANE_TILES if plane else ())))),
                 Knob("parallel", (True, False), code_shape=False),
                 Knob("PB", BLOCKS, code_shape=False),
                 Knob("tile_code", tile_codes(target), before="slp"),   # `depthwise`'s code: SLP or row_taps
@@ -212,7 +213,22 @@ class Conv2dTemplate(Template):
         oh = int(wl.output_shape[2])
         par = wl.flops() >= THREAD_WAKE_FLOPS
         if _is_depthwise(wl):
-            if _geometry(wl)["SW"] == 1 and ow >= 12:
+            geo = _geometry(wl)
+            if vector_shape(target)[0] >= 16 and DEFAULT_VECTOR_IR and geo["SW"] <= 2 and ow >= 8 \
+                    and (geo["KW"] - 1) * geo["DW"] <= 4:
+                # AVX-512, rows of >= 8 output pixels, stride 1 or 2: NCHW as it is, the plane read
+                # in place (`plane_taps`: masked loads for the pads, each input row loaded once for all
+                # its taps and output rows, a stride's phases split by permutes), tiles as wide as
+                # the row wastes least (`dw_plane_tile`). Against the defaults before (Emerald Rapids,
+                # 1 thread, 2026-12-06, experiments/bench_conv.md): stride 2 1.4-2.0x faster than
+                # dw_blocked (MobileNetV2's 96@48, 144@24, 96@112, 144@56, 192@28, MobileNetV3's
+                # 72@16, 72@56 5x5); stride 1 1.2-2.2x faster than `depthwise` (row_taps from a padded
+                # copy: 32@48, 144@24, 192@12, 144@56, 576@14) and than dw_blocked on 8-pixel rows
+                # (96@8 5x5). Rows of 7 (960@7, 576@14/2) stay dw_blocked (7x16), as does AVX2: there
+                # (haswell code, 8-float masked loads) dw_plane was no faster.
+                return self.space(wl, target).validate({"algo": "dw_plane", "regtile": dw_plane_tile(ow),
+                                                        "parallel": par, "PB": 1, "tile_code": tile_codes(target)[1]})
+            if geo["SW"] == 1 and ow >= 12:
                 # stride 1, rows of >= 12 pixels: NCHW as it is, vectors along a row (no regroup
                 # into channel blocks; the plane's copy into a zero-bordered buffer is a row
                 # copy): 1.25-1.6x faster than dw_blocked on MobileNetV2's 48, 24 and 12 pixel
@@ -226,18 +242,6 @@ class Conv2dTemplate(Template):
                 return self.space(wl, target).validate({"algo": "depthwise", "regtile": tile, "parallel": par, "PB": 1,
                                                         "tile_code": tile_codes(target)[1] if DEFAULT_VECTOR_IR
                                                         else "slp"})
-            geo = _geometry(wl)
-            if geo["SW"] == 2 and geo["DW"] == 1 and ow >= 8 and vector_shape(target)[0] >= 16 and DEFAULT_VECTOR_IR:
-                # stride 2 along rows of >= 8 output pixels, AVX-512: NCHW as it is, the plane read
-                # in place (`pair_taps`: masked loads for the pads, each input row split once into
-                # its even and odd pixels). 1.4-2.0x faster than dw_blocked on MobileNetV2's
-                # 96@48, 144@24, 96@112, 144@56, 192@28 and MobileNetV3's 72@16, 72@56 (5x5),
-                # 1.3-3.7x onnxruntime's Conv alone; rows of 7 (576@14, 672@14 5x5) stay
-                # dw_blocked (7x16 tiles: 0.7x there). On AVX2 (haswell code, 8-float masked loads)
-                # no faster than dw_blocked (Emerald Rapids, 2026-12-06, experiments/bench_conv.md)
-                tile = "4x16" if ow <= 16 else "4x32"
-                return self.space(wl, target).validate({"algo": "depthwise_s2", "regtile": tile, "parallel": par,
-                                                        "PB": 1, "tile_code": tile_codes(target)[1]})
             # else vectors along 8-channel blocks: strided convs (a phase split copy of the
             # plane costs as much as the regroup) and tiny maps (7x7 and less waste most of a
             # row's vector), 1.0-3.1x faster than vectors along a plane's pixels there
@@ -323,8 +327,8 @@ class Conv2dTemplate(Template):
             return self._lower_depthwise(wl, cfg, geo, epi)
         if cfg["algo"] == "dw_blocked":
             return self._lower_dw_blocked(wl, cfg, geo, epi)
-        if cfg["algo"] == "depthwise_s2":
-            return self._lower_depthwise_s2(wl, cfg, geo, epi)
+        if cfg["algo"] == "dw_plane":
+            return self._lower_dw_plane(wl, cfg, geo, epi)
         if cfg["algo"] == "blocked":
             return self._lower_blocked(wl, cfg, geo, epi)
         mr, nr = _tile_dims(cfg["regtile"])
@@ -512,17 +516,17 @@ class Conv2dTemplate(Template):
                     items=N * C, parallel=cfg["parallel"])
         return Lowered(module, Launch((step,), tables=tables))
 
-    def _lower_depthwise_s2(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
+    def _lower_dw_plane(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
         """Depthwise with stride 2 along the rows, on NCHW as it is: one kernel, one vector-IR call
-        per tile reading the unpadded plane (`conv2d_depthwise.conv_depthwise_pairs`)."""
+        per tile reading the unpadded plane (`conv2d_depthwise.conv_depthwise_plane`)."""
         mr, nr = _tile_dims(cfg["regtile"])
         lanes = tile_lanes(cfg["tile_code"], nr)
         N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
         OC = int(wl.inputs[1]["shape"][0])
         OH, OW = (int(d) for d in wl.output_shape[2:])
         KH, KW = geo["KH"], geo["KW"]
-        module = LoopModule((conv_depthwise_pairs(mr, nr, lanes, geo, epi),),
-                            doc=f"conv2d kernel: depthwise_s2 regtile={mr}x{nr} (vec{lanes}) kernel={KH}x{KW} "
+        module = LoopModule((conv_depthwise_plane(mr, nr, lanes, geo, epi),),
+                            doc=f"conv2d kernel: dw_plane regtile={mr}x{nr} (vec{lanes}) kernel={KH}x{KW} "
                             f"stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
                             f"epilogue {[st[0]['op'] for st in epi.steps]}",
                             meta={"template": f"conv2d v{self.version}"})
@@ -567,6 +571,17 @@ class Conv2dTemplate(Template):
                                       workspaces=work, tables=tables))
 
 
+def dw_plane_tile(ow: int) -> str:
+    """The untuned `dw_plane` tile for rows of `ow` output pixels: 4 rows x 16 or 32 pixels,
+    whichever computes fewer pixels past the row's tiles (ties: the wider, fewer tiles); rows
+    of 8 or less 4x8. (Measured on AVX-512: 8-pixel tiles run half-width vectors, 1.5x slower on
+    24-pixel rows than one 32-pixel tile; a 32-pixel tile on 12-pixel rows computes a vector
+    for nothing, 1.5x slower than 4x16.)"""
+    if ow <= 8:
+        return "4x8"
+    return min(("4x32", "4x16"), key=lambda t: -(-ow // _tile_dims(t)[1]) * _tile_dims(t)[1])
+
+
 def _depthwise_tiles(values: dict) -> str | None:
     algo, tile = values.get("algo"), values.get("regtile")
     if algo == "dw_blocked" and tile not in DWB_ALL_TILES:
@@ -575,9 +590,9 @@ def _depthwise_tiles(values: dict) -> str | None:
         return f"depthwise tiles are rows x pixels ({', '.join(DW_TILES)}), one plane per work item (PB=1)"
     if algo == "dw_blocked" and values.get("tile_code", "slp") != "slp":
         return "dw_blocked's tile is SLP code (tile_code='slp'); the vector-IR tile is the depthwise algorithm's"
-    if algo == "depthwise_s2" and (tile not in DW_S2_TILES or values.get("PB", 1) != 1
+    if algo == "dw_plane" and (tile not in DW_PLANE_TILES or values.get("PB", 1) != 1
                                    or values.get("tile_code", "slp") == "slp"):
-        return f"depthwise_s2 tiles are rows x pixels ({', '.join(DW_S2_TILES)}) of vector-IR code (tile_code " \
+        return f"dw_plane tiles are rows x pixels ({', '.join(DW_PLANE_TILES)}) of vector-IR code (tile_code " \
                "vec<lanes>), one plane per work item (PB=1)"
     return None
 

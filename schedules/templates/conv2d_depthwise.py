@@ -1,7 +1,7 @@
 """Conv2d's depthwise kernels: `dw_blocked`, vectorized along channels (NCHWc, as
 onnxruntime's and TVM's x86 depthwise kernels), `depthwise` (`conv_depthwise_rows`,
 `conv_depthwise_vector`), vectorized along the pixels of a row of the NCHW planes as they are,
-and `depthwise_s2` (`conv_depthwise_pairs`, at the end), the same for stride 2 along the rows,
+and `dw_plane` (`conv_depthwise_plane`, at the end), the same for stride 2 along the rows,
 reading the input plane itself.
 
 The `depthwise` algorithm vectorizes along the pixels of one channel plane, so small maps
@@ -342,9 +342,9 @@ def conv_depthwise_vector(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue
     return Function("conv", _plane_params("float32[::1]", epi), epi.prelude() + body)
 
 
-def conv_depthwise_pairs(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue) -> Function:
-    """The `depthwise_s2` kernel (stride 2 along the rows): NCHW as it is, one
-    `codegen.vector_tile.pair_taps` call per tile of MR output rows x NR pixels, reading the
+def conv_depthwise_plane(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue) -> Function:
+    """The `dw_plane` kernel (stride 2 along the rows): NCHW as it is, one
+    `codegen.vector_tile.plane_taps` call per tile of MR output rows x NR pixels, reading the
     input plane itself. No padded copy (the pads are masked loads) and no regroup into channel
     blocks: each input row the tile reads is loaded once and split into its even and odd
     pixels, which serve every tap of that row and every output row reading it. Tiles cover
@@ -356,11 +356,11 @@ def conv_depthwise_pairs(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue)
     g = geo
     clamp = epi.clamp_bounds()
     lo, hi = clamp or NO_CLAMP
-    literals = f"{mr}, {g['SH']}, {g['KH']}, {g['KW']}, {g['DH']}, {nr}, {lanes}"
+    literals = f"{mr}, {g['SH']}, {g['KH']}, {g['KW']}, {g['DH']}, {g['DW']}, {g['SW']}, {nr}, {lanes}"
     in_place = not epi.reads_output_sized
 
     def call(out: str, offset: str, stride: str) -> Call:
-        return Call(f"pair_taps(xn, ic * H * W, W, oh0 * {g['SH']} - PT, H, W, ow0 * 2 - PL, Wd, oc * KK, bo, "
+        return Call(f"plane_taps(xn, ic * H * W, W, oh0 * {g['SH']} - PT, H, W, ow0 * {g['SW']} - PL, Wd, oc * KK, bo, "
                     f"{out}, {offset}, {stride}, nrow, ncol, lo, hi, {literals})")
     assigns, result = epi.emit("v", "n * OC + oc", "oh * OW + ow0 + q", "e", c="oc") if clamp is None else ([], "v")
     rows = For("r", "0", "nrow", (
@@ -385,7 +385,7 @@ def conv_depthwise_pairs(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue)
                     Assign("oh0", f"ht * {mr}"), Assign("nrow", f"min({mr}, OH - oh0)"),
                     For("owt", "0", "n_owt", (
                         Assign("ow0", f"owt * {nr}"), Assign("ncol", f"min({nr}, OW - ow0)"),
-                        Comment(f"{mr}x{nr} stride-2 depthwise tile (rows x pixels), one pair_taps call "
+                        Comment(f"{mr}x{nr} stride-2 depthwise tile (rows x pixels), one plane_taps call "
                                 f"({lanes}-float vectors)"),
                         *tile,
                     )),

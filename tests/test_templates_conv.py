@@ -3,10 +3,12 @@ configs agree with the NumPy reference. Sizes are run-time arguments of the kern
 precompiled code shapes serve every drawn shape."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from codegen import compile_kernel
 from codegen.source import render
 from schedules import get_template
 from schedules.microkernel import tile_codes
@@ -653,3 +655,22 @@ def test_dw_plane_is_the_avx512_default_for_rows_of_8_or_more():
     with pytest.raises(ConfigError, match="dw_plane tiles"):
         CONV.space(wl).validate({**CONV.default_config(wl).to_json(), "algo": "dw_plane", "regtile": "4x16",
                                  "PB": 1, "tile_code": "slp"})
+
+
+@pytest.mark.parametrize("wl", [
+    conv_wl(1, 24, 12, 12, 16, k=1, s=1, p=0, epi=("res",)),            # 144 pixels: full tiles only
+    conv_wl(1, 5, 7, 9, 13, k=1, s=1, p=0, epi=("res", "relu")),         # 63 pixels, 13 channels: edges too
+    conv_wl(2, 16, 10, 10, 24, k=1, s=1, p=0, epi=("res", "relu")),
+], ids=["full", "edges", "batch2"])
+def test_1x1_residual_may_be_the_output_buffer(wl):
+    """A 1x1 GEMM's residual Add with the residual input and the output one buffer (a memory plan
+    may run it in place): every element's residual is read before its store overwrites it, on
+    full tiles (through ct, unsigned indices) and edge tiles alike, both tile codes."""
+    for code in ("slp", tile_codes()[1]):
+        cfg = config(wl, algo="direct", vec="px", regtile="4x16", order="px_oc", OCB=1, PB=1, tile_code=code)
+        arrays = wl.random_inputs(0)
+        want = wl.reference(arrays)
+        shared = arrays[3].copy()
+        arrays[3] = shared
+        compile_kernel(CONV, wl, cfg).bind(arrays)(arrays, shared)
+        np.testing.assert_allclose(shared, want, rtol=1e-4, atol=1e-4)

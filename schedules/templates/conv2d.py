@@ -891,7 +891,18 @@ def _px_vector_tile(mr: int, w: int, lanes: int, a_rows: list, a_kstride: str, b
     edge = (call("ct", "0", "ct.shape[1]"),
             For("r", "0", str(mr), _store_px(mr, w, epi, "og[oc]", "p0", edge_count, "pq",
                                              tile=f"ct[r, q + {shift}]" if shift != "0" else "ct[r, q]")))
-    return (If(full, in_place, edge),) if not epi.reads_output_sized else edge
+    if not epi.reads_output_sized:
+        return (If(full, in_place, edge),)
+    # a full tile through ct (shift 0 there), each element's residual read before its store,
+    # at unsigned indices without views: 1.3-1.5x faster than the edge store on MobileNetV2's
+    # 1x1 project convs with their residual Add (the views' NRT calls, signed index tests)
+    assigns, result = epi.emit("v", "n * OC + oc0 + r", "uq", "e", c="oc0 + r")
+    through_ct = (call("ct", "0", "ct.shape[1]"), For("r", "0", str(mr), (
+        Assign("uoc", "np.uint64(oc0 + r)"), Assign("ur", "np.uint64(r)"), Assign("bo", "bias[uoc]"),
+        For("q", "0", str(w), (Assign("uq", "np.uint64(p0 + q)"), Assign("v", "ct[ur, np.uint64(q)] + bo"))
+            + tuple(Assign(n, e) for n, e in assigns) + (Assign("og[uoc, uq]", result),)),
+    )))
+    return (If(full, through_ct, edge),)
 
 
 def _direct_px_vector(mr: int, nr: int, geo: dict, epi: Epilogue, code: str) -> tuple:

@@ -320,53 +320,58 @@ def row_taps(typingctx, X, x_offsets, x_rowstride, Wt, w_offset, bias, C, c_offs
 
 
 @intrinsic(prefer_literal=True)
-def plane_taps(typingctx, X, x_offset, x_rowstride, h0, H, W, j0, Wt, w_offset, bias, C, c_offset, c_rowstride,
-               n_rows, n_cols, lo, hi, MR, SH, KH, KW, DH, DW, S, NR, LANES):
-    """A depthwise conv's MR output rows x NR pixels of one channel plane, read straight from
-    the unpadded NCHW plane (no padded copy), in registers:
+def plane_taps(typingctx, X, x_offset, x_rowstride, x_chanstride, h0, H, W, j0, Wt, w_offset, w_chanstride, bias,
+               b_offset, C, c_offset, c_rowstride, c_chanstride, n_rows, n_cols, lo, hi,
+               MR, SH, KH, KW, DH, DW, S, CI, MO, NR, LANES):
+    """MO output channels x MR output rows x NR pixels of a conv over CI input planes, read
+    straight from the unpadded NCHW planes (no padded copy), in registers:
 
-        C[c_offset + r * c_rowstride + c] = clamp(bias + sum over kh < KH, kw < KW of
-            Wt[w_offset + kh * KW + kw] * x(h0 + r * SH + kh * DH, j0 + S * c + kw * DW), lo, hi)
+        C[c_offset + o * c_chanstride + r * c_rowstride + c] = clamp(bias[b_offset + o] + sum over
+            ci < CI, kh < KH, kw < KW of Wt[w_offset + o * w_chanstride + (ci * KH + kh) * KW + kw]
+            * x(ci, h0 + r * SH + kh * DH, j0 + S * c + kw * DW), lo, hi)
 
-    x(h, j) = X[x_offset + h * x_rowstride + j] where 0 <= h < H and 0 <= j < W, else 0 (the
-    pads, so h0 and j0 are the window's first row and column, negative in the pads: loads are
-    masked, so nothing outside the plane is read). Only rows r < n_rows and pixels c < n_cols
-    are stored (masked). Each input row the tile reads is loaded once (S * LANES floats a
-    vector of outputs, masked) and split into its S phases (every S-th pixel: one permute
-    each at S = 2, none at S = 1); every tap is one of those, or one shifted by whole lanes
-    (one more permute, from the next vector), and serves every output row reading that input
-    row. A 3x3 kernel at stride 2 costs 3 permutes an input row and vector, where `row_taps`
-    (a permute per tap) costs 3 per output row and kernel row; at stride 1, 2 permutes where
-    `row_taps` makes 3 unaligned loads per output row and kernel row, mostly split across
-    cache lines. MR, SH, KH, KW, DH, DW, S, NR, LANES integer literals; NR a multiple of LANES;
-    (KW - 1) * DW <= S * LANES; float32."""
+    x(ci, h, j) = X[x_offset + ci * x_chanstride + h * x_rowstride + j] where 0 <= h < H and
+    0 <= j < W, else 0 (the pads, so h0 and j0 are the window's first row and column, negative
+    in the pads: loads are masked, so nothing outside the plane is read). Only rows r < n_rows
+    and pixels c < n_cols are stored (masked). A depthwise conv is CI = MO = 1; a stem (3 input
+    planes) CI = 3 and MO output channels a tile. Each input row the tile reads is loaded once
+    (S * LANES floats a vector of outputs, masked) and split into its S phases (every S-th
+    pixel: one permute each at S = 2, none at S = 1); every tap is one of those, or one shifted
+    by whole lanes (one more permute, from the next vector), and serves every output row and
+    channel reading that input row. A 3x3 kernel at stride 2 costs 3 permutes an input row and
+    vector, where `row_taps` (a permute per tap) costs 3 per output row and kernel row; at
+    stride 1, 2 permutes where `row_taps` makes 3 unaligned loads per output row and kernel
+    row, mostly split across cache lines. MR, SH, KH, KW, DH, DW, S, CI, MO, NR, LANES integer
+    literals; NR a multiple of LANES; (KW - 1) * DW <= S * LANES; float32."""
     lit = {n: _literal_int(t, n) for t, n in ((MR, "MR"), (SH, "SH"), (KH, "KH"), (KW, "KW"), (DH, "DH"), (DW, "DW"),
-                                              (S, "S"), (NR, "NR"), (LANES, "LANES"))}
-    mr, sh, kh_, kw_, dh, dw_, st, nr, lanes = lit.values()
-    if lanes < 1 or nr < lanes or nr % lanes or min(mr, sh, kh_, kw_, dh, dw_, st) < 1 or (kw_ - 1) * dw_ > st * lanes:
-        raise TypingError(f"plane_taps: NR={nr} must be a multiple of LANES={lanes}; MR, SH, KH, KW, DH, DW, S >= 1; "
-                          f"(KW - 1) * DW = {(kw_ - 1) * dw_} <= S * LANES")
-    _require_arrays("plane_taps", (("X", X), ("Wt", Wt), ("C", C)))
+                                              (S, "S"), (CI, "CI"), (MO, "MO"), (NR, "NR"), (LANES, "LANES"))}
+    mr, sh, kh_, kw_, dh, dw_, st, ci_, mo, nr, lanes = lit.values()
+    if lanes < 1 or nr < lanes or nr % lanes or min(mr, sh, kh_, kw_, dh, dw_, st, ci_, mo) < 1 \
+            or (kw_ - 1) * dw_ > st * lanes:
+        raise TypingError(f"plane_taps: NR={nr} must be a multiple of LANES={lanes}; MR, SH, KH, KW, DH, DW, S, CI, "
+                          f"MO >= 1; (KW - 1) * DW = {(kw_ - 1) * dw_} <= S * LANES")
+    _require_arrays("plane_taps", (("X", X), ("Wt", Wt), ("bias", bias), ("C", C)))
     _require_integers("plane_taps", tuple((n, t) for n, t in (
-        ("x_offset", x_offset), ("x_rowstride", x_rowstride), ("h0", h0), ("H", H), ("W", W), ("j0", j0),
-        ("w_offset", w_offset), ("c_offset", c_offset), ("c_rowstride", c_rowstride), ("n_rows", n_rows),
+        ("x_offset", x_offset), ("x_rowstride", x_rowstride), ("x_chanstride", x_chanstride), ("h0", h0), ("H", H),
+        ("W", W), ("j0", j0), ("w_offset", w_offset), ("w_chanstride", w_chanstride), ("b_offset", b_offset),
+        ("c_offset", c_offset), ("c_rowstride", c_rowstride), ("c_chanstride", c_chanstride), ("n_rows", n_rows),
         ("n_cols", n_cols))))
-    for name, t in (("bias", bias), ("lo", lo), ("hi", hi)):
+    for name, t in (("lo", lo), ("hi", hi)):
         if not isinstance(t, types.Float):
             raise TypingError(f"plane_taps: {name} must be a float, got {t}")
-    sig = types.void(X, x_offset, x_rowstride, h0, H, W, j0, Wt, w_offset, bias, C, c_offset, c_rowstride,
-                     n_rows, n_cols, lo, hi, MR, SH, KH, KW, DH, DW, S, NR, LANES)
+    sig = types.void(X, x_offset, x_rowstride, x_chanstride, h0, H, W, j0, Wt, w_offset, w_chanstride, bias,
+                     b_offset, C, c_offset, c_rowstride, c_chanstride, n_rows, n_cols, lo, hi,
+                     MR, SH, KH, KW, DH, DW, S, CI, MO, NR, LANES)
 
     def codegen(context, builder, sig, args):
         def i64(i):
             return context.cast(builder, args[i], sig.args[i], types.int64)
 
-        x_off, x_rs, top, height, width, col0, w_off, c_off, c_rs, m_valid, n_valid = (
-            i64(i) for i in (1, 2, 3, 4, 5, 6, 8, 11, 12, 13, 14))
-        b, low, high = (context.cast(builder, args[i], sig.args[i], types.float32) for i in (9, 15, 16))
-        x_data = context.make_array(sig.args[0])(context, builder, args[0]).data
-        w_data = context.make_array(sig.args[7])(context, builder, args[7]).data
-        c_data = context.make_array(sig.args[10])(context, builder, args[10]).data
+        x_off, x_rs, x_cs, top, height, width, col0, w_off, w_cs, b_off, c_off, c_rs, c_cs, m_valid, n_valid = (
+            i64(i) for i in (1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 14, 15, 16, 17, 18))
+        low, high = (context.cast(builder, args[i], sig.args[i], types.float32) for i in (19, 20))
+        x_data, w_data, b_data, c_data = (context.make_array(sig.args[i])(context, builder, args[i]).data
+                                          for i in (0, 8, 11, 13))
         vty, nv, fma, _, vector_at, splat = _vector_kit(builder, nr, lanes)
         i32, wide = ir.IntType(32), st * lanes
         wty, wmask = ir.VectorType(_F32, wide), ir.VectorType(ir.IntType(1), wide)
@@ -382,6 +387,9 @@ def plane_taps(typingctx, X, x_offset, x_rowstride, h0, H, W, j0, Wt, w_offset, 
             v = builder.insert_element(ir.Constant(t, ir.Undefined), builder.trunc(value, i32), ir.Constant(i32, 0))
             return builder.shuffle_vector(v, ir.Constant(t, ir.Undefined), ir.Constant(t, [0] * n))
 
+        def scalar(data, at):
+            return builder.load(builder.gep(data, [at]), align=4)
+
         shifts = [(kw * dw_ % st, kw * dw_ // st) for kw in range(kw_)]   # (phase, whole-lane shift) per tap
         col_start, width_v = splat_int(col0, wide), splat_int(width, wide)
         col_masks = {}
@@ -394,56 +402,65 @@ def plane_taps(typingctx, X, x_offset, x_rowstride, h0, H, W, j0, Wt, w_offset, 
                                             builder.icmp_signed("<", cols, width_v))
             return col_masks[v]
 
-        weights = [[splat(builder.load(builder.gep(w_data, [builder.add(w_off, ir.Constant(_I64, kh * kw_ + kw))]),
-                                       align=4)) for kw in range(kw_)] for kh in range(kh_)]
-        accs = [[splat(b)] * nv for _ in range(mr)]
+        def weight(o, ci, kh, kw):
+            at = builder.add(builder.add(w_off, builder.mul(w_cs, ir.Constant(_I64, o))),
+                             ir.Constant(_I64, (ci * kh_ + kh) * kw_ + kw))
+            return splat(scalar(w_data, at))
+
+        accs = [[[splat(scalar(b_data, builder.add(b_off, ir.Constant(_I64, o))))] * nv for _ in range(mr)]
+                for o in range(mo)]
         uses = {}   # input row (relative to h0) -> the (output row, kernel row) pairs reading it
         for r in range(mr):
             for kh in range(kh_):
                 uses.setdefault(r * sh + kh * dh, []).append((r, kh))
         none, zeros = ir.Constant(wmask, [0] * wide), ir.Constant(wty, [0.0] * wide)
-        for rr in sorted(uses):
-            h = builder.add(top, ir.Constant(_I64, rr))
-            row_ok = builder.and_(builder.icmp_signed(">=", h, ir.Constant(_I64, 0)), builder.icmp_signed("<", h, height))
-            row_at = builder.add(x_off, builder.add(builder.mul(h, x_rs), col0))
-            phases = {}
+        for ci in range(ci_):
+            for rr in sorted(uses):
+                h = builder.add(top, ir.Constant(_I64, rr))
+                row_ok = builder.and_(builder.icmp_signed(">=", h, ir.Constant(_I64, 0)),
+                                      builder.icmp_signed("<", h, height))
+                row_at = builder.add(builder.add(x_off, builder.mul(x_cs, ir.Constant(_I64, ci))),
+                                     builder.add(builder.mul(h, x_rs), col0))
+                phases = {}
 
-            def phase(v, p):
-                """Lanes l of x(h, j0 + S * (v * LANES + l) + p): the row's phase p of output vector v."""
-                if (v, p) not in phases:
-                    at = builder.add(row_at, ir.Constant(_I64, wide * v))
-                    ptr = builder.bitcast(builder.gep(x_data, [at]), wty.as_pointer())
-                    run = builder.call(mload, [ptr, align, builder.select(row_ok, cols_ok(v), none), zeros])
-                    for q in range(st):
-                        phases[(v, q)] = run if st == 1 else builder.shuffle_vector(
-                            run, ir.Constant(wty, ir.Undefined),
-                            ir.Constant(ir.VectorType(i32, lanes), [st * i + q for i in range(lanes)]))
-                return phases[(v, p)]
+                def phase(v, p):
+                    """Lanes l of x(ci, h, j0 + S * (v * LANES + l) + p): the row's phase p of output vector v."""
+                    if (v, p) not in phases:
+                        at = builder.add(row_at, ir.Constant(_I64, wide * v))
+                        ptr = builder.bitcast(builder.gep(x_data, [at]), wty.as_pointer())
+                        run = builder.call(mload, [ptr, align, builder.select(row_ok, cols_ok(v), none), zeros])
+                        for q in range(st):
+                            phases[(v, q)] = run if st == 1 else builder.shuffle_vector(
+                                run, ir.Constant(wty, ir.Undefined),
+                                ir.Constant(ir.VectorType(i32, lanes), [st * i + q for i in range(lanes)]))
+                    return phases[(v, p)]
 
-            def tap(v, p, s):
-                if s == 0:
-                    return phase(v, p)
-                return builder.shuffle_vector(phase(v, p), phase(v + 1, p), ir.Constant(
-                    ir.VectorType(i32, lanes), [s + i for i in range(lanes)]))
-            for kw, (p, s) in enumerate(shifts):
-                for v in range(nv):
-                    t = tap(v, p, s)
-                    for r, kh in uses[rr]:
-                        accs[r][v] = builder.call(fma, [weights[kh][kw], t, accs[r][v]])
-        c_base = builder.gep(c_data, [c_off])
+                def tap(v, p, s):
+                    if s == 0:
+                        return phase(v, p)
+                    return builder.shuffle_vector(phase(v, p), phase(v + 1, p), ir.Constant(
+                        ir.VectorType(i32, lanes), [s + i for i in range(lanes)]))
+                for kw, (p, s) in enumerate(shifts):
+                    for v in range(nv):
+                        t = tap(v, p, s)
+                        for r, kh in uses[rr]:
+                            for o in range(mo):
+                                accs[o][r][v] = builder.call(fma, [weight(o, ci, kh, kw), t, accs[o][r][v]])
         lo_v, hi_v = splat(low), splat(high)
         n_left = splat_int(n_valid, lanes)
-        for r in range(mr):
-            row_in = builder.icmp_signed("<", ir.Constant(_I64, r), m_valid)
-            for v in range(nv):
-                a = accs[r][v]
-                a = builder.select(builder.fcmp_ordered("<", a, lo_v), lo_v, a)
-                a = builder.select(builder.fcmp_ordered(">", a, hi_v), hi_v, a)
-                cols = builder.icmp_signed("<", ir.Constant(ir.VectorType(i32, lanes), [v * lanes + i for i in range(lanes)]),
-                                           n_left)
-                mask = builder.select(row_in, cols, ir.Constant(cols.type, [0] * lanes))
-                at = builder.add(builder.mul(ir.Constant(_I64, r), c_rs), ir.Constant(_I64, v * lanes))
-                builder.call(mstore, [a, vector_at(c_base, at), align, mask])
+        for o in range(mo):
+            c_base = builder.gep(c_data, [builder.add(c_off, builder.mul(c_cs, ir.Constant(_I64, o)))])
+            for r in range(mr):
+                row_in = builder.icmp_signed("<", ir.Constant(_I64, r), m_valid)
+                for v in range(nv):
+                    a = accs[o][r][v]
+                    a = builder.select(builder.fcmp_ordered("<", a, lo_v), lo_v, a)
+                    a = builder.select(builder.fcmp_ordered(">", a, hi_v), hi_v, a)
+                    cols = builder.icmp_signed("<", ir.Constant(ir.VectorType(i32, lanes),
+                                                                [v * lanes + i for i in range(lanes)]), n_left)
+                    mask = builder.select(row_in, cols, ir.Constant(cols.type, [0] * lanes))
+                    at = builder.add(builder.mul(ir.Constant(_I64, r), c_rs), ir.Constant(_I64, v * lanes))
+                    builder.call(mstore, [a, vector_at(c_base, at), align, mask])
         return context.get_dummy_value()
 
     return sig, codegen

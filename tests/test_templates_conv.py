@@ -674,3 +674,34 @@ def test_1x1_residual_may_be_the_output_buffer(wl):
         arrays[3] = shared
         compile_kernel(CONV, wl, cfg).bind(arrays)(arrays, shared)
         np.testing.assert_allclose(shared, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("wl", [
+    conv_wl(1, 3, 96, 96, 32, k=3, s=2, p=1, epi=("clip",)),        # MobileNet's stem
+    conv_wl(2, 3, 17, 40, 24, k=3, s=1, p=1, epi=("relu",)),        # stride 1, batch 2, 40-pixel rows
+    conv_wl(1, 1, 13, 21, 12, k=3, s=2, p=1, bias=False),           # one input plane, 4 channels a tile, no bias
+    conv_wl(1, 4, 11, 9, 10, k=3, s=2, p=0),                        # no pads, 2 channels a tile, 4-pixel rows
+    conv_wl(1, 2, 12, 35, 8, k=1, s=2, p=0, epi=("relu",)),         # 1x1/2
+], ids=["stem", "s1-batch2", "one-plane", "unpadded", "1x1s2"])
+def test_plane_stem_matches_numpy(wl):
+    """algo plane (stems of 1-4 input channels): one `plane_taps` call per tile of output
+    channels x 16 pixels over every input plane, read in place (no pad step), the pads as masked
+    loads, partial tiles stored masked; offered on AVX-512 only."""
+    cfg = CONV.space(wl, AVX512).validate({**CONV.default_config(wl, AVX512).to_json(), "algo": "plane",
+                                           "vec": "px", "regtile": "1x16", "tile_code": "vec16", "KC": 0})
+    lowered = CONV.lower(wl, cfg)
+    assert "plane_taps(" in render(lowered.module) and [s.function for s in lowered.launch.steps] == ["conv"]
+    check(CONV, wl, cfg)
+
+
+def test_plane_is_the_avx512_default_for_3x3_stems_only():
+    stem = conv_wl(1, 3, 224, 224, 32, k=3, s=2, p=1, epi=("clip",))
+    assert CONV.default_config(stem, AVX512)["algo"] == "plane"
+    assert CONV.default_config(stem, AVX2)["algo"] == "direct"
+    assert "plane" not in next(k for k in CONV.space(stem, AVX2).knobs if k.name == "algo").options
+    for wl in (conv_wl(1, 3, 224, 224, 64, k=7, s=2, p=3, epi=("relu",)),     # ResNet's stem: 1.2x slower
+               conv_wl(1, 3, 32, 32, 16, k=3, s=2, p=1, epi=("res",)),         # an epilogue not in registers
+               conv_wl(1, 8, 32, 32, 16, k=3, s=2, p=1),                       # more than 4 input channels
+               conv_wl(1, 4, 32, 32, 8, k=3, s=2, p=1, g=2)):                  # groups
+        assert "plane" not in next(k for k in CONV.space(wl, AVX512).knobs if k.name == "algo").options
+        assert CONV.default_config(wl, AVX512)["algo"] != "plane"

@@ -303,41 +303,53 @@ def test_row_taps_matches_numpy_and_writes_only_its_tile(backend, mr, nr, lanes,
         assert (C[~written] == -7).all()
 
 
-@pytest.mark.parametrize("mr,sh,k,dh,sw,nr,lanes", [(4, 2, 3, 1, 2, 32, 16), (2, 2, 3, 1, 2, 16, 16), (3, 2, 5, 1, 2, 32, 16),
-                                                    (2, 1, 3, 2, 2, 16, 8), (4, 2, 3, 1, 2, 16, 8), (1, 2, 1, 1, 2, 8, 4),
-                                                    (4, 1, 3, 1, 1, 32, 16), (2, 1, 5, 1, 1, 16, 16), (3, 2, 3, 2, 1, 8, 8),
-                                                    (2, 1, 3, 1, 3, 16, 8)])
-def test_plane_taps_matches_numpy_and_writes_only_its_tile(backend, mr, sh, k, dh, sw, nr, lanes):
+@pytest.mark.parametrize("mr,sh,k,dh,sw,nr,lanes,ci,mo", [
+    (4, 2, 3, 1, 2, 32, 16, 1, 1), (2, 2, 3, 1, 2, 16, 16, 1, 1), (3, 2, 5, 1, 2, 32, 16, 1, 1),
+    (2, 1, 3, 2, 2, 16, 8, 1, 1), (4, 2, 3, 1, 2, 16, 8, 1, 1), (1, 2, 1, 1, 2, 8, 4, 1, 1),
+    (4, 1, 3, 1, 1, 32, 16, 1, 1), (2, 1, 5, 1, 1, 16, 16, 1, 1), (3, 2, 3, 2, 1, 8, 8, 1, 1),
+    (2, 1, 3, 1, 3, 16, 8, 1, 1),
+    (1, 2, 3, 1, 2, 32, 16, 3, 8), (2, 2, 7, 1, 2, 16, 16, 3, 4), (2, 1, 3, 1, 1, 16, 8, 2, 3)])
+def test_plane_taps_matches_numpy_and_writes_only_its_tile(backend, mr, sh, k, dh, sw, nr, lanes, ci, mo):
+    """`plane_taps`: MO output channels x MR rows x NR pixels (stride 1, 2 or 3 along the rows) over
+    CI input planes, read straight from the unpadded planes: window rows and columns outside a
+    plane (the pads, on every side) count as zeros and are never read; a bias per output
+    channel; only the first n_rows x n_cols of each channel's tile are written."""
     dwc = 2 if (sw, k) == (1, 3) and mr == 3 else 1   # one case dilated along the rows too
-    """`plane_taps`: a depthwise tile (stride 1, 2 or 3 along the rows) read straight from an unpadded plane: window
-    rows and columns outside the plane (the pads, on every side) count as zeros and are never
-    read; only the first n_rows x n_cols of the tile are written."""
     from schedules.loopnest import Call
-    call = Call(f"plane_taps(X, xo, W, h0, H, W, j0, Wt, wo, bias, C, co, cr, nrow, ncol, lo, hi, "
-                f"{mr}, {sh}, {k}, {k}, {dh}, {dwc}, {sw}, {nr}, {lanes})")
-    params = (Param("X", "float32[::1]"), Param("Wt", "float32[::1]"), Param("C", "float32[::1]"),
-              Param("bias", "float32"), Param("lo", "float32"), Param("hi", "float32")) \
-        + tuple(Param(n, "int64") for n in ("xo", "h0", "H", "W", "j0", "wo", "co", "cr", "nrow", "ncol"))
+    call = Call(f"plane_taps(X, xo, W, xc, h0, H, W, j0, Wt, wo, wc, B, bo, C, co, cr, cc, nrow, ncol, lo, hi, "
+                f"{mr}, {sh}, {k}, {k}, {dh}, {dwc}, {sw}, {ci}, {mo}, {nr}, {lanes})")
+    params = (Param("X", "float32[::1]"), Param("Wt", "float32[::1]"), Param("B", "float32[::1]"),
+              Param("C", "float32[::1]"), Param("lo", "float32"), Param("hi", "float32")) \
+        + tuple(Param(n, "int64") for n in ("xo", "xc", "h0", "H", "W", "j0", "wo", "wc", "bo", "co", "cr", "cc",
+                                            "nrow", "ncol"))
     fn = backend.load(backend.compile(LoopModule((Function("taps", params, (call,)),))))["taps"]
-    rng = np.random.default_rng(mr * nr + k * sh + sw)
-    Wt = rng.standard_normal(k * k + 5).astype(np.float32)
-    wo, co, cr, bias = 5, 3, nr + 7, np.float32(0.25)
+    rng = np.random.default_rng(mr * nr + k * sh + sw + ci)
+    wo, bo, co, cr = 5, 2, 3, nr + 7
+    wc = ci * k * k + 1                       # an output channel's weights, then one unused
+    cc = mr * cr + 4                          # an output channel's tile, then a gap
+    Wt = rng.standard_normal(wo + mo * wc).astype(np.float32)
+    B = rng.standard_normal(bo + mo).astype(np.float32)
     for H, W, h0, j0 in ((2 * mr + 4, 2 * nr, -1, -1), (7, 7, 4, -2), (12, 2 * nr + 9, 3, 10), (5, 30, -3, 20)):
-        xo = 11
-        X = rng.standard_normal(xo + H * W).astype(np.float32)
-        plane = np.pad(X[xo:].reshape(H, W).astype(np.float64), 120)   # zeros around: the pads
-        want = np.full((mr, nr), bias, np.float64)
-        for r in range(mr):
-            for kh in range(k):
-                for kw in range(k):
-                    want[r] += Wt[wo + kh * k + kw] * plane[120 + h0 + r * sh + kh * dh, 120 + j0 + kw * dwc + sw * np.arange(nr)]
+        xo, xc = 11, H * W + 6
+        X = rng.standard_normal(xo + ci * xc).astype(np.float32)
+        planes = [np.pad(X[xo + c * xc: xo + c * xc + H * W].reshape(H, W).astype(np.float64), 120) for c in range(ci)]
+        want = np.zeros((mo, mr, nr), np.float64) + B[bo:bo + mo, None, None]
+        for o in range(mo):
+            for c in range(ci):
+                for r in range(mr):
+                    for kh in range(k):
+                        for kw in range(k):
+                            want[o, r] += Wt[wo + o * wc + (c * k + kh) * k + kw] * \
+                                planes[c][120 + h0 + r * sh + kh * dh, 120 + j0 + kw * dwc + sw * np.arange(nr)]
         for nrow, ncol, (lo, hi) in ((mr, nr, (-np.inf, np.inf)), (mr - 1 or 1, nr - 3, (0.0, np.inf)),
                                      (1, 1, (-0.5, 0.75))):
-            C = np.full(co + mr * cr, -7.0, np.float32)
-            fn(X, Wt, C, bias, np.float32(lo), np.float32(hi), xo, h0, H, W, j0, wo, co, cr, nrow, ncol)
-            tile = np.stack([C[co + r * cr: co + r * cr + nr] for r in range(mr)])
-            np.testing.assert_allclose(tile[:nrow, :ncol], np.clip(want, lo, hi)[:nrow, :ncol], rtol=1e-5, atol=1e-5)
-            written = np.zeros(co + mr * cr, bool)
-            for r in range(nrow):
-                written[co + r * cr: co + r * cr + ncol] = True
+            C = np.full(co + mo * cc, -7.0, np.float32)
+            fn(X, Wt, B, C, np.float32(lo), np.float32(hi), xo, xc, h0, H, W, j0, wo, wc, bo, co, cr, cc, nrow, ncol)
+            written = np.zeros(C.size, bool)
+            for o in range(mo):
+                tile = np.stack([C[co + o * cc + r * cr: co + o * cc + r * cr + nr] for r in range(mr)])
+                np.testing.assert_allclose(tile[:nrow, :ncol], np.clip(want[o], lo, hi)[:nrow, :ncol],
+                                           rtol=1e-5, atol=1e-5)
+                for r in range(nrow):
+                    written[co + o * cc + r * cr: co + o * cc + r * cr + ncol] = True
             assert (C[~written] == -7).all()

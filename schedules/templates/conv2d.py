@@ -59,7 +59,8 @@ from ir.ops.nn import _concrete_pads
 from ir.workload import Workload
 from schedules.epilogue import Epilogue, parse_epilogue
 from schedules.launch import Buffer, Call, In, Launch, Out, Packed, Repeat, Scalar, Table, Var, Work
-from schedules.loopnest import Alloc, Assign, For, Function, If, LoopModule, Param, thread_share, unflatten
+from schedules.loopnest import (Alloc, Assign, Call as LoopCall, Comment, For, Function, If, LoopModule, Param,
+                                thread_share, unflatten)
 from schedules.microkernel import (F0, k_range, register_epilogue, register_tile, register_tile_in_place, pick_tiles,
                                    tile_codes, tile_lanes, unsigned, vector_shape, vector_tile)
 from schedules.registry import register_template
@@ -106,6 +107,11 @@ PX_TILES = {(8, 16): ("4x16", "6x16", "4x16"), (16, 32): ("8x32", "8x32", "8x32"
 PX_DEEP_TILE = {(16, 32): "14x32"}
 DW_TILES = ("4x8", "2x16", "4x16", "2x32")     # depthwise: output rows x pixels of a row
 DW_PLANE_TILES = ("4x8", "4x16", "2x32", "4x32", "2x64")   # dw_plane: output rows x pixels of a row
+# plane (stems): output rows x pixels of a row, x `plane_channels` output channels. One row of 16 pixels:
+# 1x32, 2x16 and 2x32 ran 2.5-10x slower on 3x3/2 and 7x7/2 stems (Emerald Rapids, 2026-12-06): the
+# weights shared by the tile's vectors are kept live and spill
+PLANE_TILES = ("1x16",)
+PLANE_MAX_C = 4           # `plane` reads each of the (few) input planes in place: stems of 1-4 input channels
 BLOCKS = (1, 2, 4, 8, 16)
 GEMM_1X1_PIXELS = 128     # 1x1 convs on planes of at least this many pixels read them in place (`_gemm_1x1`);
                           # on 7x7 maps (P = 49, K up to 960) im2col's packed panels were 1.4x faster
@@ -192,10 +198,11 @@ class Conv2dTemplate(Template):
                 Knob("PB", BLOCKS, code_shape=False),
                 Knob("tile_code", tile_codes(target), before="slp"),   # `depthwise`'s code: SLP or row_taps
             ], constraint=_depthwise_tiles)
+        plane = _plane_fits(wl) and vector_shape(target)[0] >= 16   # AVX2: 16-pixel tiles of two vectors spill
         return ConfigSpace([
-            Knob("algo", ("direct", "im2col", "blocked")),
+            Knob("algo", ("direct", "im2col", "blocked") + (("plane",) if plane else ())),
             Knob("vec", ("oc", "px")),
-            Knob("regtile", pick_tiles(REG_TILES_BY_SHAPE, *vector_shape(target))),
+            Knob("regtile", pick_tiles(REG_TILES_BY_SHAPE, *vector_shape(target)) + (PLANE_TILES if plane else ())),
             Knob("order", ("oc_px", "px_oc")),
             Knob("parallel", (True, False), code_shape=False),
             Knob("OCB", BLOCKS, code_shape=False),
@@ -250,6 +257,13 @@ class Conv2dTemplate(Template):
             tile = dwb_default_tile(int(wl.inputs[0]["shape"][1]), ow, target)
             return self.space(wl, target).validate({"algo": "dw_blocked", "regtile": tile, "parallel": par, "PB": 16})
         geo = _geometry(wl)
+        if _plane_fits(wl) and vector_shape(target)[0] >= 16 and DEFAULT_VECTOR_IR and ow >= 8:
+            # a 3x3 stem (MobileNet's 3 -> 32 /2), AVX-512: the input planes read in place (no pad
+            # step): 1.3x faster than the direct 8x32 tile at 96x96 and 224x224 (Emerald Rapids,
+            # 2026-12-06, experiments/bench_conv.md)
+            return self.space(wl, target).validate({"algo": "plane", "vec": "px", "regtile": PLANE_TILES[0],
+                                                    "order": "oc_px", "parallel": par, "OCB": 1, "PB": 1,
+                                                    "tile_code": tile_codes(target)[1], "KC": 0})
         P = oh * ow
         base = {"order": "oc_px", "parallel": par, "OCB": 1, "PB": 4, "tile_code": "slp"}
         one = geo["KH"] * geo["KW"] == 1
@@ -331,6 +345,8 @@ class Conv2dTemplate(Template):
             return self._lower_dw_plane(wl, cfg, geo, epi)
         if cfg["algo"] == "blocked":
             return self._lower_blocked(wl, cfg, geo, epi)
+        if cfg["algo"] == "plane":
+            return self._lower_plane(wl, cfg, geo, epi)
         mr, nr = _tile_dims(cfg["regtile"])
         algo, order, vec = cfg["algo"], cfg["order"], cfg["vec"]
         tc, tp = (nr, mr) if vec == "oc" else (mr, nr)   # channels, pixels per tile
@@ -516,6 +532,29 @@ class Conv2dTemplate(Template):
                     items=N * C, parallel=cfg["parallel"])
         return Lowered(module, Launch((step,), tables=tables))
 
+    def _lower_plane(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
+        """A stem (1-4 input channels, one group) on NCHW as it is: one kernel, one vector-IR call
+        per tile of MO output channels x MR rows x NR pixels reading the unpadded input planes in
+        place (`_plane`: no pad step, no packing)."""
+        mr, nr = _tile_dims(cfg["regtile"])
+        lanes = tile_lanes(cfg["tile_code"], nr)
+        N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
+        OC = int(wl.inputs[1]["shape"][0])
+        OH, OW = (int(d) for d in wl.output_shape[2:])
+        KH, KW = geo["KH"], geo["KW"]
+        mo = plane_channels(OC)
+        module = LoopModule((_plane(mr, nr, lanes, mo, C, geo, epi),),
+                            doc=f"conv2d kernel: plane regtile={mr}x{nr} x {mo} channels (vec{lanes}) kernel={KH}x{KW} "
+                            f"stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
+                            f"epilogue {[st[0]['op'] for st in epi.steps]}",
+                            meta={"template": f"conv2d v{self.version}"})
+        bias, tables = _bias(wl, OC)
+        step = Call("conv", (In(0, (N, C * H * W), "float32"), In(1, (OC * C * KH * KW,), "float32"), bias,
+                             *(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras),
+                             Out((N, OC * OH * OW)), *(Scalar(v) for v in (N, OC, H, W, OH, OW, geo["PT"], geo["PL"]))),
+                    items=N * (OC // mo) * -(-OH // mr), parallel=cfg["parallel"])
+        return Lowered(module, Launch((step,), tables=tables))
+
     def _lower_dw_plane(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
         """Depthwise with stride 2 along the rows, on NCHW as it is: one kernel, one vector-IR call
         per tile reading the unpadded plane (`conv2d_depthwise.conv_depthwise_plane`)."""
@@ -571,6 +610,55 @@ class Conv2dTemplate(Template):
                                       workspaces=work, tables=tables))
 
 
+def _plane_fits(wl: Workload) -> bool:
+    """`plane` computes this conv: one group of at most PLANE_MAX_C input channels, stride 1 or
+    2 along the rows, kernels up to 3x3 without dilation along the rows (a 7x7/2 stem ran 1.2x
+    slower than the direct kernel), and an epilogue the tile applies in registers (none, Relu,
+    ReLU6)."""
+    if _is_depthwise(wl):
+        return False
+    geo = _geometry(wl)
+    return geo["G"] == 1 and int(wl.inputs[0]["shape"][1]) <= PLANE_MAX_C and geo["SW"] <= 2 \
+        and geo["KH"] * geo["KW"] <= 9 and geo["DW"] == 1 and _epilogue(wl).clamp_bounds() is not None
+
+
+def plane_channels(oc: int) -> int:
+    """Output channels a `plane` tile computes (MO): 8, or the largest of 4, 2, 1 dividing OC."""
+    return next(m for m in (8, 4, 2, 1) if oc % m == 0)
+
+
+def _plane(mr: int, nr: int, lanes: int, mo: int, c: int, geo: dict, epi: Epilogue) -> Function:
+    """The `plane` kernel (stems): copy t of T's share of the work items (n, block of MO output
+    channels, band of MR output rows), blocks outside so that a thread writes whole channel
+    planes (the depthwise conv after a MobileNet stem then reads its own core's planes); per item
+    and NR pixels of the band's rows one `plane_taps` call over the C input planes, the pads as
+    masked loads, Relu/ReLU6 in registers, partial tiles stored masked."""
+    g = geo
+    lo, hi = epi.clamp_bounds()
+    literals = f"{mr}, {g['SH']}, {g['KH']}, {g['KW']}, {g['DH']}, {g['DW']}, {g['SW']}, {c}, {mo}, {nr}, {lanes}"
+    kk = g["KH"] * g["KW"]
+    body = (
+        Assign("n_ht", f"(OH + {mr - 1}) // {mr}"), Assign("n_owt", f"(OW + {nr - 1}) // {nr}"),
+        Assign("n_ob", f"OC // {mo}"), Assign("lo", lo), Assign("hi", hi),
+        thread_share("it", "N * n_ob * n_ht", body=(
+            *unflatten("it", (("ht", "n_ht"), ("ob", "n_ob")), "n"),
+            Assign("xn", "X[n]"), Assign("oimg", "out[n]"),
+            Assign("oh0", f"ht * {mr}"), Assign("nrow", f"min({mr}, OH - oh0)"),
+            For("owt", "0", "n_owt", (
+                Assign("ow0", f"owt * {nr}"), Assign("ncol", f"min({nr}, OW - ow0)"),
+                Comment(f"{mo} channels x {mr}x{nr} conv tile over {c} input planes, one plane_taps call"),
+                LoopCall(f"plane_taps(xn, 0, W, H * W, oh0 * {g['SH']} - PT, H, W, ow0 * {g['SW']} - PL, Wt, "
+                     f"ob * {mo * c * kk}, {c * kk}, bias, ob * {mo}, oimg, (ob * {mo} * OH + oh0) * OW + ow0, OW, "
+                     f"OH * OW, nrow, ncol, lo, hi, {literals})"),
+            )),
+        )),
+    )
+    params = (Param("X", "float32[:, ::1]"), Param("Wt", "float32[::1]"), Param("bias", "float32[::1]")) \
+        + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, ::1]"),) + tuple(
+        Param(n, "int64") for n in ("N", "OC", "H", "W", "OH", "OW", "PT", "PL", "t", "T"))
+    return Function("conv", params, epi.prelude() + body)
+
+
 def dw_plane_tile(ow: int) -> str:
     """The untuned `dw_plane` tile for rows of `ow` output pixels: 4 rows x 16 or 32 pixels,
     whichever computes fewer pixels past the row's tiles (ties: the wider, fewer tiles); rows
@@ -598,6 +686,12 @@ def _depthwise_tiles(values: dict) -> str | None:
 
 
 def _blocked_vectors_along_channels(values: dict) -> str | None:
+    if (values.get("algo") == "plane") != (values.get("regtile") in PLANE_TILES):
+        return f"the plane algorithm's tiles are output rows x pixels ({', '.join(PLANE_TILES)}), its own"
+    if values.get("algo") == "plane":
+        if values.get("tile_code", "slp") == "slp" or values.get("vec") != "px" or values.get("KC", 0):
+            return "the plane algorithm is vector-IR code along the pixels (vec='px', tile_code vec<lanes>, KC=0)"
+        return None
     if values.get("algo") == "blocked" and values.get("vec") != "oc":
         return "the blocked algorithm vectorizes along output channels only (vec='oc')"
     vector_ir = values.get("tile_code", "slp") != "slp"

@@ -356,12 +356,12 @@ def conv_depthwise_plane(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue)
     g = geo
     clamp = epi.clamp_bounds()
     lo, hi = clamp or NO_CLAMP
-    literals = f"{mr}, {g['SH']}, {g['KH']}, {g['KW']}, {g['DH']}, {g['DW']}, {g['SW']}, {nr}, {lanes}"
+    literals = f"{mr}, {g['SH']}, {g['KH']}, {g['KW']}, {g['DH']}, {g['DW']}, {g['SW']}, 1, 1, {nr}, {lanes}"
     in_place = not epi.reads_output_sized
 
     def call(out: str, offset: str, stride: str) -> Call:
-        return Call(f"plane_taps(xn, ic * H * W, W, oh0 * {g['SH']} - PT, H, W, ow0 * {g['SW']} - PL, Wd, oc * KK, bo, "
-                    f"{out}, {offset}, {stride}, nrow, ncol, lo, hi, {literals})")
+        return Call(f"plane_taps(xn, ic * H * W, W, 0, oh0 * {g['SH']} - PT, H, W, ow0 * {g['SW']} - PL, Wd, oc * KK, 0, "
+                    f"bias, oc, {out}, {offset}, {stride}, 0, nrow, ncol, lo, hi, {literals})")
     assigns, result = epi.emit("v", "n * OC + oc", "oh * OW + ow0 + q", "e", c="oc") if clamp is None else ([], "v")
     rows = For("r", "0", "nrow", (
         Assign("oh", "oh0 + r"), Assign("ob", "np.uint64((oc * OH + oh) * OW + ow0)"),
@@ -380,7 +380,7 @@ def conv_depthwise_plane(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue)
             Assign("n", "it // C"), Assign("ic", "it % C"),
             Assign("xn", "X[n]"), Assign("oimg", "out[n]"),
             For("m", "0", "M", (
-                Assign("oc", "ic * M + m"), Assign("bo", "bias[oc]"),
+                Assign("oc", "ic * M + m"),
                 For("ht", "0", "n_ht", (
                     Assign("oh0", f"ht * {mr}"), Assign("nrow", f"min({mr}, OH - oh0)"),
                     For("owt", "0", "n_owt", (

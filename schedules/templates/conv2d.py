@@ -35,10 +35,12 @@ Algorithms (`algo`):
 - `depthwise` (the same convs, the default for stride 1 with rows of >= 12 pixels): NCHW as it
   is, a rows x pixels tile per output channel, vectors along the pixels of a row, weights as
   scalars (`conv2d_depthwise.conv_depthwise_rows`);
-- `dw_plane` (the same convs with stride 2 along the rows, the AVX-512 default for rows of >= 8
+- `dw_plane` (the same convs, stride 1 or 2 along the rows; the AVX-512 default for rows of >= 8
   output pixels): NCHW as it is, the input plane read in place (no padded copy: the pads are
-  masked loads), each input row split once into its even and odd pixels for all its taps
-  (`conv2d_depthwise.conv_depthwise_plane`, `codegen.vector_tile.plane_taps`).
+  masked loads), each input row loaded once and split into its stride's phases for all its
+  taps (`conv2d_depthwise.conv_depthwise_plane`, `codegen.vector_tile.plane_taps`);
+- `plane` (stems of 1-4 input channels, kernels up to 3x3, one group; the AVX-512 default
+  there): the same intrinsic over every input plane for 8 output channels a tile, no pad step.
 
 Strided convs read a *phase-split* copy of the input: the pad step writes
 `Xp[n, c, ih, phase, j]` = x[n, c, ih - PT, j * SW + phase - PL], so the pixels one
@@ -227,7 +229,7 @@ class Conv2dTemplate(Template):
                 # in place (`plane_taps`: masked loads for the pads, each input row loaded once for all
                 # its taps and output rows, a stride's phases split by permutes), tiles as wide as
                 # the row wastes least (`dw_plane_tile`). Against the defaults before (Emerald Rapids,
-                # 1 thread, 2026-12-06, experiments/bench_conv.md): stride 2 1.4-2.0x faster than
+                # 1 thread, 2026-12-06, experiments/bench_conv.md): stride 2 1.2-2.0x faster than
                 # dw_blocked (MobileNetV2's 96@48, 144@24, 96@112, 144@56, 192@28, MobileNetV3's
                 # 72@16, 72@56 5x5); stride 1 1.2-2.2x faster than `depthwise` (row_taps from a padded
                 # copy: 32@48, 144@24, 192@12, 144@56, 576@14) and than dw_blocked on 8-pixel rows
@@ -341,11 +343,9 @@ class Conv2dTemplate(Template):
             return self._lower_depthwise(wl, cfg, geo, epi)
         if cfg["algo"] == "dw_blocked":
             return self._lower_dw_blocked(wl, cfg, geo, epi)
-        if cfg["algo"] == "dw_plane":
-            return self._lower_dw_plane(wl, cfg, geo, epi)
         if cfg["algo"] == "blocked":
             return self._lower_blocked(wl, cfg, geo, epi)
-        if cfg["algo"] == "plane":
+        if cfg["algo"] in ("plane", "dw_plane"):
             return self._lower_plane(wl, cfg, geo, epi)
         mr, nr = _tile_dims(cfg["regtile"])
         algo, order, vec = cfg["algo"], cfg["order"], cfg["vec"]
@@ -533,48 +533,32 @@ class Conv2dTemplate(Template):
         return Lowered(module, Launch((step,), tables=tables))
 
     def _lower_plane(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
-        """A stem (1-4 input channels, one group) on NCHW as it is: one kernel, one vector-IR call
-        per tile of MO output channels x MR rows x NR pixels reading the unpadded input planes in
-        place (`_plane`: no pad step, no packing)."""
+        """`dw_plane` (depthwise) and `plane` (stems of 1-4 input channels, MO output channels a
+        tile) on NCHW as it is: one kernel, one `plane_taps` vector-IR call per tile reading the
+        unpadded input planes in place (`conv2d_depthwise.conv_depthwise_plane`, `_plane`: no pad
+        step, no packing)."""
         mr, nr = _tile_dims(cfg["regtile"])
         lanes = tile_lanes(cfg["tile_code"], nr)
         N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
-        OC = int(wl.inputs[1]["shape"][0])
+        OC, Cg = (int(d) for d in wl.inputs[1]["shape"][:2])
         OH, OW = (int(d) for d in wl.output_shape[2:])
         KH, KW = geo["KH"], geo["KW"]
-        mo = plane_channels(OC)
-        module = LoopModule((_plane(mr, nr, lanes, mo, C, geo, epi),),
-                            doc=f"conv2d kernel: plane regtile={mr}x{nr} x {mo} channels (vec{lanes}) kernel={KH}x{KW} "
+        if cfg["algo"] == "dw_plane":
+            kernel, what = conv_depthwise_plane(mr, nr, lanes, geo, epi), f"dw_plane regtile={mr}x{nr}"
+            sizes, items = (N, C, OC, H, W, OH, OW), N * C
+        else:
+            mo = plane_channels(OC)
+            kernel, what = _plane(mr, nr, lanes, mo, C, geo, epi), f"plane regtile={mr}x{nr} x {mo} channels"
+            sizes, items = (N, OC, H, W, OH, OW), N * (OC // mo) * -(-OH // mr)
+        module = LoopModule((kernel,), doc=f"conv2d kernel: {what} (vec{lanes}) kernel={KH}x{KW} "
                             f"stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
                             f"epilogue {[st[0]['op'] for st in epi.steps]}",
                             meta={"template": f"conv2d v{self.version}"})
         bias, tables = _bias(wl, OC)
-        step = Call("conv", (In(0, (N, C * H * W), "float32"), In(1, (OC * C * KH * KW,), "float32"), bias,
-                             *(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras),
-                             Out((N, OC * OH * OW)), *(Scalar(v) for v in (N, OC, H, W, OH, OW, geo["PT"], geo["PL"]))),
-                    items=N * (OC // mo) * -(-OH // mr), parallel=cfg["parallel"])
-        return Lowered(module, Launch((step,), tables=tables))
-
-    def _lower_dw_plane(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
-        """Depthwise with stride 2 along the rows, on NCHW as it is: one kernel, one vector-IR call
-        per tile reading the unpadded plane (`conv2d_depthwise.conv_depthwise_plane`)."""
-        mr, nr = _tile_dims(cfg["regtile"])
-        lanes = tile_lanes(cfg["tile_code"], nr)
-        N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
-        OC = int(wl.inputs[1]["shape"][0])
-        OH, OW = (int(d) for d in wl.output_shape[2:])
-        KH, KW = geo["KH"], geo["KW"]
-        module = LoopModule((conv_depthwise_plane(mr, nr, lanes, geo, epi),),
-                            doc=f"conv2d kernel: dw_plane regtile={mr}x{nr} (vec{lanes}) kernel={KH}x{KW} "
-                            f"stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
-                            f"epilogue {[st[0]['op'] for st in epi.steps]}",
-                            meta={"template": f"conv2d v{self.version}"})
-        bias, tables = _bias(wl, OC)
-        extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
-        step = Call("conv", (In(0, (N, C * H * W), "float32"), In(1, (OC * KH * KW,), "float32"), bias, *extras,
-                             Out((N, OC * OH * OW)),
-                             *(Scalar(v) for v in (N, C, OC, H, W, OH, OW, geo["PT"], geo["PL"]))),
-                    items=N * C, parallel=cfg["parallel"])
+        step = Call("conv", (In(0, (N, C * H * W), "float32"), In(1, (OC * Cg * KH * KW,), "float32"), bias,
+                             *(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras), Out((N, OC * OH * OW)),
+                             *(Scalar(v) for v in sizes + (geo["PT"], geo["PL"]))),
+                    items=items, parallel=cfg["parallel"])
         return Lowered(module, Launch((step,), tables=tables))
 
     def _lower_dw_blocked(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:

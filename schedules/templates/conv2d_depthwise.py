@@ -1,7 +1,7 @@
 """Conv2d's depthwise kernels: `dw_blocked`, vectorized along channels (NCHWc, as
 onnxruntime's and TVM's x86 depthwise kernels), `depthwise` (`conv_depthwise_rows`,
 `conv_depthwise_vector`), vectorized along the pixels of a row of the NCHW planes as they are,
-and `dw_plane` (`conv_depthwise_plane`, at the end), the same for stride 2 along the rows,
+and `dw_plane` (`conv_depthwise_plane`, at the end), the same at stride 1 or 2 along the rows,
 reading the input plane itself.
 
 The `depthwise` algorithm vectorizes along the pixels of one channel plane, so small maps
@@ -343,11 +343,11 @@ def conv_depthwise_vector(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue
 
 
 def conv_depthwise_plane(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue) -> Function:
-    """The `dw_plane` kernel (stride 2 along the rows): NCHW as it is, one
+    """The `dw_plane` kernel (stride 1 or 2 along the rows): NCHW as it is, one
     `codegen.vector_tile.plane_taps` call per tile of MR output rows x NR pixels, reading the
     input plane itself. No padded copy (the pads are masked loads) and no regroup into channel
-    blocks: each input row the tile reads is loaded once and split into its even and odd
-    pixels, which serve every tap of that row and every output row reading it. Tiles cover
+    blocks: each input row the tile reads is loaded once (and at stride 2 split into its even
+    and odd pixels), which serves every tap of that row and every output row reading it. Tiles cover
     NR pixels of a row (the whole row where it is at most NR wide); a tile's last pixels and
     rows past the plane are masked, so every tile stores in place. A Relu or ReLU6 runs in
     registers (`Epilogue.clamp_bounds`); any other epilogue runs over the stored tile after,
@@ -372,26 +372,13 @@ def conv_depthwise_plane(mr: int, nr: int, lanes: int, geo: dict, epi: Epilogue)
         tile = (call("oimg", "(oc * OH + oh0) * OW + ow0", "OW"),) + ((rows,) if clamp is None else ())
     else:
         tile = (call("ct", "0", str(nr)), rows)
+    tile = (Assign("nrow", f"min({mr}, OH - oh0)"), Assign("ow0", f"owt * {nr}"), Assign("ncol", f"min({nr}, OW - ow0)"),
+            Comment(f"{mr}x{nr} depthwise tile (rows x pixels), one plane_taps call ({lanes}-float vectors)"), *tile)
     body = (
         Assign("M", "OC // C"), Assign("KK", str(g["KH"] * g["KW"])),
         Assign("n_ht", f"(OH + {mr - 1}) // {mr}"), Assign("n_owt", f"(OW + {nr - 1}) // {nr}"),
         Alloc("ct", (str(mr * nr),)), Assign("lo", lo), Assign("hi", hi),
-        thread_share("it", "N * C", body=(
-            Assign("n", "it // C"), Assign("ic", "it % C"),
-            Assign("xn", "X[n]"), Assign("oimg", "out[n]"),
-            For("m", "0", "M", (
-                Assign("oc", "ic * M + m"),
-                For("ht", "0", "n_ht", (
-                    Assign("oh0", f"ht * {mr}"), Assign("nrow", f"min({mr}, OH - oh0)"),
-                    For("owt", "0", "n_owt", (
-                        Assign("ow0", f"owt * {nr}"), Assign("ncol", f"min({nr}, OW - ow0)"),
-                        Comment(f"{mr}x{nr} stride-2 depthwise tile (rows x pixels), one plane_taps call "
-                                f"({lanes}-float vectors)"),
-                        *tile,
-                    )),
-                )),
-            )),
-        )),
+        _per_plane((), (), tile, mr, back=False),
     )
     params = (Param("X", "float32[:, ::1]"), Param("Wd", "float32[::1]"), Param("bias", "float32[::1]")) \
         + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, ::1]"),) + tuple(

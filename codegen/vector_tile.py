@@ -68,6 +68,24 @@ def _vector_kit(builder, nr: int, lanes: int):
     return vty, nr // lanes, fma, ir.Constant(vty, [0.0] * lanes), vector_at, splat
 
 
+def _masked_moves(builder, n: int):
+    """llvm.masked.load and llvm.masked.store of `n` floats: (load(ptr, align, mask, passthru),
+    store(value, ptr, align, mask)). The masked-off lanes are neither read nor written."""
+    vty, i32 = ir.VectorType(_F32, n), ir.IntType(32)
+    ptr, mask = vty.as_pointer(), ir.VectorType(ir.IntType(1), n)
+    load = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [ptr, i32, mask, vty]),
+                                          f"llvm.masked.load.v{n}f32.p0")
+    store = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [vty, ptr, i32, mask]),
+                                           f"llvm.masked.store.v{n}f32.p0")
+    return load, store
+
+
+def _clamp(builder, a, lo_v, hi_v):
+    """min(max(a, lo), hi) lane by lane, NaN kept (the generated Python's Relu/Clip order)."""
+    a = builder.select(builder.fcmp_ordered("<", a, lo_v), lo_v, a)
+    return builder.select(builder.fcmp_ordered(">", a, hi_v), hi_v, a)
+
+
 def _literal_int(ty, what: str) -> int:
     if not isinstance(ty, types.IntegerLiteral):
         raise TypingError(f"tile_fma: {what} must be an integer literal in the source, got {ty}")
@@ -211,10 +229,7 @@ def regroup_channels(typingctx, X, x_offset, plane, Y, y_offset, n, CB, S):
         rest = builder.sub(count, full)
         with builder.if_then(builder.icmp_signed(">", rest, ir.Constant(_I64, 0))):
             i32 = ir.IntType(32)
-            mty = ir.VectorType(ir.IntType(1), cb * st)
-            mload = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(wide, [wide.as_pointer(), i32, mty, wide]),
-                f"llvm.masked.load.v{cb * st}f32.p0")
+            mload = _masked_moves(builder, cb * st)[0]
             lanes_read = builder.add(builder.mul(builder.sub(rest, ir.Constant(_I64, 1)), ir.Constant(_I64, st)),
                                      ir.Constant(_I64, 1))
             ity = ir.VectorType(_I64, cb * st)
@@ -309,11 +324,8 @@ def row_taps(typingctx, X, x_offsets, x_rowstride, Wt, w_offset, bias, C, c_offs
         lo_v, hi_v = splat(low), splat(high)
         for r in range(mr):
             for v in range(nv):
-                a = accs[r][v]
-                a = builder.select(builder.fcmp_ordered("<", a, lo_v), lo_v, a)
-                a = builder.select(builder.fcmp_ordered(">", a, hi_v), hi_v, a)
                 at = builder.add(builder.mul(ir.Constant(_I64, r), c_rs), ir.Constant(_I64, v * lanes))
-                builder.store(a, vector_at(c_base, at), align=4)
+                builder.store(_clamp(builder, accs[r][v], lo_v, hi_v), vector_at(c_base, at), align=4)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -375,11 +387,7 @@ def plane_taps(typingctx, X, x_offset, x_rowstride, x_chanstride, h0, H, W, j0, 
         vty, nv, fma, _, vector_at, splat = _vector_kit(builder, nr, lanes)
         i32, wide = ir.IntType(32), st * lanes
         wty, wmask = ir.VectorType(_F32, wide), ir.VectorType(ir.IntType(1), wide)
-        mload = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-            wty, [wty.as_pointer(), i32, wmask, wty]), f"llvm.masked.load.v{wide}f32.p0")
-        mstore = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-            ir.VoidType(), [vty, vty.as_pointer(), i32, ir.VectorType(ir.IntType(1), lanes)]),
-            f"llvm.masked.store.v{lanes}f32.p0")
+        mload, mstore = _masked_moves(builder, wide)[0], _masked_moves(builder, lanes)[1]
         align = ir.Constant(i32, 4)
 
         def splat_int(value, n):
@@ -453,9 +461,7 @@ def plane_taps(typingctx, X, x_offset, x_rowstride, x_chanstride, h0, H, W, j0, 
             for r in range(mr):
                 row_in = builder.icmp_signed("<", ir.Constant(_I64, r), m_valid)
                 for v in range(nv):
-                    a = accs[o][r][v]
-                    a = builder.select(builder.fcmp_ordered("<", a, lo_v), lo_v, a)
-                    a = builder.select(builder.fcmp_ordered(">", a, hi_v), hi_v, a)
+                    a = _clamp(builder, accs[o][r][v], lo_v, hi_v)
                     cols = builder.icmp_signed("<", ir.Constant(ir.VectorType(i32, lanes),
                                                                 [v * lanes + i for i in range(lanes)]), n_left)
                     mask = builder.select(row_in, cols, ir.Constant(cols.type, [0] * lanes))
@@ -526,12 +532,8 @@ def _column_tile(builder, vty, lanes: int, mr: int, nr: int, c_data, c_off, cs, 
     rows and `n_valid` columns are written (masked): load() -> accumulators [r][v], store(accs).
     Per LANES rows x LANES columns, one transpose (`_transpose`) and LANES masked vector moves."""
     i32, i1v = ir.IntType(32), ir.VectorType(ir.IntType(1), lanes)
-    module = builder.module
     ptr_ty = vty.as_pointer()
-    mload = cgutils.get_or_insert_function(module, ir.FunctionType(vty, [ptr_ty, i32, i1v, vty]),
-                                           f"llvm.masked.load.v{lanes}f32.p0")
-    mstore = cgutils.get_or_insert_function(module, ir.FunctionType(ir.VoidType(), [vty, ptr_ty, i32, i1v]),
-                                            f"llvm.masked.store.v{lanes}f32.p0")
+    mload, mstore = _masked_moves(builder, lanes)
     ivty = ir.VectorType(_I64, lanes)
     rows_left = builder.insert_element(ir.Constant(ivty, ir.Undefined), m_valid, ir.Constant(i32, 0))
     rows_left = builder.shuffle_vector(rows_left, ir.Constant(ivty, ir.Undefined),

@@ -191,8 +191,7 @@ class Conv2dTemplate(Template):
 
     def space(self, wl: Workload, target=None) -> ConfigSpace:
         if _is_depthwise(wl):
-            geo = _geometry(wl)
-            plane = (geo["KW"] - 1) * geo["DW"] <= 4   # a tap's shift within one vector of 4 or more lanes (`plane_taps`)
+            plane = _dw_plane_fits(_geometry(wl))
             return ConfigSpace([
                 Knob("algo", ("dw_blocked", "depthwise") + (("dw_plane",) if plane else ())),
                 Knob("regtile", tuple(dict.fromkeys(dwb_tiles(target) + DW_TILES + (DW_PLANE_TILES if plane else ())))),
@@ -200,7 +199,7 @@ class Conv2dTemplate(Template):
                 Knob("PB", BLOCKS, code_shape=False),
                 Knob("tile_code", tile_codes(target), before="slp"),   # `depthwise`'s code: SLP or row_taps
             ], constraint=_depthwise_tiles)
-        plane = _plane_fits(wl) and vector_shape(target)[0] >= 16   # AVX2: 16-pixel tiles of two vectors spill
+        plane = _plane_fits(wl, target)
         return ConfigSpace([
             Knob("algo", ("direct", "im2col", "blocked") + (("plane",) if plane else ())),
             Knob("vec", ("oc", "px")),
@@ -224,7 +223,7 @@ class Conv2dTemplate(Template):
         if _is_depthwise(wl):
             geo = _geometry(wl)
             if vector_shape(target)[0] >= 16 and DEFAULT_VECTOR_IR and geo["SW"] <= 2 and ow >= 8 \
-                    and (geo["KW"] - 1) * geo["DW"] <= 4:
+                    and _dw_plane_fits(geo):
                 # AVX-512, rows of >= 8 output pixels, stride 1 or 2: NCHW as it is, the plane read
                 # in place (`plane_taps`: masked loads for the pads, each input row loaded once for all
                 # its taps and output rows, a stride's phases split by permutes), tiles as wide as
@@ -259,7 +258,7 @@ class Conv2dTemplate(Template):
             tile = dwb_default_tile(int(wl.inputs[0]["shape"][1]), ow, target)
             return self.space(wl, target).validate({"algo": "dw_blocked", "regtile": tile, "parallel": par, "PB": 16})
         geo = _geometry(wl)
-        if _plane_fits(wl) and vector_shape(target)[0] >= 16 and DEFAULT_VECTOR_IR and ow >= 8:
+        if _plane_fits(wl, target) and DEFAULT_VECTOR_IR and ow >= 8:
             # a 3x3 stem (MobileNet's 3 -> 32 /2), AVX-512: the input planes read in place (no pad
             # step): 1.3x faster than the direct 8x32 tile at 96x96 and 224x224 (Emerald Rapids,
             # 2026-12-06, experiments/bench_conv.md)
@@ -594,12 +593,18 @@ class Conv2dTemplate(Template):
                                       workspaces=work, tables=tables))
 
 
-def _plane_fits(wl: Workload) -> bool:
-    """`plane` computes this conv: one group of at most PLANE_MAX_C input channels, stride 1 or
-    2 along the rows, kernels up to 3x3 without dilation along the rows (a 7x7/2 stem ran 1.2x
-    slower than the direct kernel), and an epilogue the tile applies in registers (none, Relu,
-    ReLU6)."""
-    if _is_depthwise(wl):
+def _dw_plane_fits(geo: dict) -> bool:
+    """`dw_plane` computes this depthwise conv: a tap's shift along the row stays within one
+    vector of 4 or more lanes (`plane_taps`)."""
+    return (geo["KW"] - 1) * geo["DW"] <= 4
+
+
+def _plane_fits(wl: Workload, target=None) -> bool:
+    """`plane` computes this conv on this target: AVX-512 (AVX2's 16-pixel tiles are two vectors,
+    and spill), one group of at most PLANE_MAX_C input channels, stride 1 or 2 along the rows,
+    kernels up to 3x3 without dilation along the rows (a 7x7/2 stem ran 1.2x slower than the
+    direct kernel), and an epilogue the tile applies in registers (none, Relu, ReLU6)."""
+    if _is_depthwise(wl) or vector_shape(target)[0] < 16:
         return False
     geo = _geometry(wl)
     return geo["G"] == 1 and int(wl.inputs[0]["shape"][1]) <= PLANE_MAX_C and geo["SW"] <= 2 \

@@ -57,19 +57,25 @@ def child(tree: str, model: str, threads: int, who: str, steps: bool = False) ->
         m = runtime.load(proto, settings=Settings.from_env().with_(threads=threads))
         feeds = random_feeds(m.graph, dict(sizes), seed=0)
         call = lambda: m.run(feeds)   # noqa: E731
-        names = [st.name for st in m.prepare(feeds).steps] if steps else None
+        prog = m.prepare(feeds)
+        names = [st.name for st in prog.steps] if steps else None
+        owners = {"nodes": {n.name: k for k, st in enumerate(prog.steps) for n in st.subgraph.nodes},
+                  "values": {o: k for k, st in enumerate(prog.steps) for n in st.subgraph.nodes for o in n.outputs if o}}
+        profiler = None
     else:
-        steps = False
         import onnxruntime as ort
         from ir import import_onnx
+        from runtime.profile import OrtProfiler
         feeds = random_feeds(import_onnx(proto), dict(sizes), seed=0)
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
         sess = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
         call = lambda: sess.run(None, feeds)   # noqa: E731
+        profiler = OrtProfiler(proto, feeds, threads) if steps else None   # its nodes, in a session of their own
     for _ in range(20):
         call()
     print("ready", flush=True)
+    first = True
     for line in sys.stdin:
         for _ in range(3):   # after its turn's wait: caches and pool threads warm again
             call()
@@ -79,10 +85,21 @@ def child(tree: str, model: str, threads: int, who: str, steps: bool = False) ->
             call()
             times.append(time.perf_counter() - t0)
         out = {"s": float(np.median(times))}
-        if steps:
+        if steps and profiler is None:
             per = np.median([m.run_timed(feeds)[1] for _ in range(int(line))], axis=0)
             out.update(steps=[float(v) for v in per], names=names)
+            if first:
+                out.update(owners)
+        elif profiler is not None:
+            for k in range(int(line) + 1):   # the first brings its session's data back into the caches
+                profiler.session.run(None, profiler.feeds)
+                profiler.timed.append(k > 0)
+        first = False
         print(json.dumps(out), flush=True)
+    if profiler is not None:   # its stdin closed: its nodes' medians over all rounds
+        got = profiler.finish(0)
+        print(json.dumps({"by_node": got.by_node, "outputs": got.outputs, "source_outputs": got.source_outputs}),
+              flush=True)
 
 
 def turns(specs: list[tuple[str, str]], model: str, threads: int, rounds: int, calls: int,
@@ -105,31 +122,56 @@ def turns(specs: list[tuple[str, str]], model: str, threads: int, rounds: int, c
                 procs[i].stdin.write(f"{calls}\n")
                 procs[i].stdin.flush()
                 res[i].append(json.loads(procs[i].stdout.readline()))
+        for p in procs:
+            p.stdin.close()
+        if steps:   # onnxruntime's node profile (the first process), attributed to our first tree's steps
+            res[0][0]["ort_steps"] = ort_steps(json.loads(procs[0].stdout.readline()), res[1][0])
         return res
     finally:
         for p in procs:
-            if p.stdin:
+            if p.stdin and not p.stdin.closed:
                 p.stdin.close()
             p.wait(timeout=60)
 
 
-def step_table(model: str, threads: int, names: list[str], got: list[list[dict]]) -> list[str]:
+def ort_steps(prof: dict, ours: dict) -> list[float]:
+    """onnxruntime's seconds per step of ours (`runtime.profile`'s attribution of its nodes to the
+    steps computing them); the last entry: its nodes no step computes."""
+    from types import SimpleNamespace
+    from runtime.profile import _owner
+    view = SimpleNamespace(outputs=prof["outputs"], source_outputs=prof["source_outputs"])
+    got = [0.0] * (len(ours["names"]) + 1)
+    for name, (_op, secs) in prof["by_node"].items():
+        k = _owner(name, view, ours["nodes"], ours["values"])
+        got[-1 if k is None else k] += secs
+    return got
+
+
+def step_table(model: str, threads: int, names: list[str], got: list[list[dict]], ort: list[float]) -> list[str]:
     """Our trees' steps side by side: per tree the median over rounds of a step's seconds (us),
-    and for the others the median over rounds of its ratio to the first tree's in that round."""
+    and for the others the median over rounds of its ratio to the first tree's in that round;
+    first onnxruntime's time on the same nodes (its own profiler, in the same rounds) and the
+    first tree's ratio to it."""
     import numpy as np
     step_names = got[0][0]["names"]
     if any(len(r[0]["steps"]) != len(step_names) for r in got):
         return ["", f"{model}, {threads} thread(s): the trees' programs differ in their steps; no step table."]
     per = [np.asarray([r["steps"] for r in rounds]) * 1e6 for rounds in got]
+    ort_us = np.asarray(ort) * 1e6
     out = ["", f"{model}, {threads} thread(s), each step inside the model, us (median of rounds) "
-           f"[median ratio to {names[0]}]:", "",
-           "| step | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+           f"[median ratio to {names[0]}]; onnxruntime: its profiler's time on the step's nodes "
+           f"(x: {names[0]} / onnxruntime):", "",
+           "| step | onnxruntime | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
     def cells(columns: list, digits: int) -> str:   # one row: per tree its rounds' values of it
         return " | ".join([f"{np.median(columns[0]):.{digits}f}"] + [
             f"{np.median(c):.{digits}f} [{np.median(c / columns[0]):.2f}]" for c in columns[1:]])
+    def theirs(v: float, ours: float) -> str:
+        return f"{v:.1f} ({ours / v:.2f}x)" if v > 0 else "-"
     for k, name in enumerate(step_names):
-        out.append(f"| {k} {name} | {cells([p[:, k] for p in per], 1)} |")
-    out.append(f"| sum | {cells([p.sum(axis=1) for p in per], 0)} |")
+        out.append(f"| {k} {name} | {theirs(ort_us[k], np.median(per[0][:, k]))} | {cells([p[:, k] for p in per], 1)} |")
+    out.append(f"| sum | {theirs(ort_us.sum(), np.median(per[0].sum(axis=1)))} | {cells([p.sum(axis=1) for p in per], 0)} |")
+    if ort_us[-1] > 0:
+        out.append(f"| (onnxruntime nodes no step computes) | {ort_us[-1]:.1f} | |")
     return out
 
 
@@ -172,7 +214,7 @@ def main(argv=None) -> int:
             rows.append({"model": model, "threads": threads, "ms": {n: res[i].tolist() for i, n in enumerate(names)}})
             print(lines[-1], flush=True)
             if args.steps:
-                steps_lines += step_table(model, threads, names[1:], got[1:])
+                steps_lines += step_table(model, threads, names[1:], got[1:], got[0][0]["ort_steps"])
     text = "\n".join(lines + steps_lines) + "\n"
     print(text)
     if args.out:

@@ -170,6 +170,12 @@ class Backend(abc.ABC):
     def call(self, fn: Callable, args: list, items: int, parallel: bool, grid=(), block=()) -> None:
         """Run one `Call` step: `fn` over `items` work items (see `schedules.launch`)."""
 
+    def batch(self, calls: list) -> Callable[[], None] | None:
+        """One callable running flat calls ((run, args) of `codegen.kernel.Calls`, every argument
+        fixed) in order, faster than calling each from Python; None where this backend has no
+        such thing or some call cannot take part. Raising, its `failed` names the call's index."""
+        return None
+
     def library(self, routine: str) -> Callable:
         """A routine of a `Library` step by name; the CPU has NumPy's BLAS matmul, run on this
         backend's threads (`blas_on_threads`)."""

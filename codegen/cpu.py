@@ -463,6 +463,66 @@ class _Spread:
         _run_native(self.entry, args, packed[2], self.threads, self.copies)
 
 
+def _native_row(run, args: tuple):
+    """(entry, its arguments, copies, threads) of one flat call where `spin.run_program` can run
+    it: a kernel split over the native pool (`_Spread`), or one run here as (t, T) = (0, 1)."""
+    if isinstance(run, _Spread):
+        return (run.entry, args, run.copies, run.threads) if run.entry is not None else None
+    if len(args) < 2 or args[-2:] != (0, 1) or not hasattr(run, "signatures"):
+        return None
+    entry = _native_entry(run)
+    return (entry, args[:-2], 1, 1) if entry is not None else None
+
+
+class _Batch:
+    """Flat calls of fixed arguments run in order from one native loop (`spin.run_program`):
+    no Python between kernels, no dispatch on their arguments. Called one by one from the
+    executor's loop they cost ~0.7 us each more (measured on an Emerald Rapids guest, untuned,
+    1 thread: ViT-small's 65 calls 0.93x the time, BERT-small 0.88x, 2 threads MobileNetV2 0.91x).
+    Where another caller holds the native pool, the calls run one by one as before."""
+    __slots__ = ("calls", "table", "blocks", "threads", "failed")
+
+    def __init__(self, calls: list, rows: list):
+        self.calls = list(calls)
+        self.blocks = [entry.pack(args) for entry, args, _, _ in rows]   # kept alive: the table points at them
+        self.table = np.array([(e.address, e.trampoline, b.ctypes.data, copies)
+                               for (e, _, copies, _), b in zip(rows, self.blocks)], np.int64).reshape(len(rows), 4)
+        self.threads = max(threads for *_, threads in rows)
+        self.failed: int | None = None
+
+    def __call__(self) -> None:
+        from codegen import spin
+        pool = None
+        if self.threads > 1:
+            pool = _native or _the_native_pool()
+            if not pool.lock.acquire(blocking=False):
+                for self.failed, (run, args) in enumerate(self.calls):
+                    run(*args)
+                return
+        try:
+            if pool is not None and pool.threads < self.threads - 1:
+                pool._start(self.threads - 1)
+            gen0 = pool.gen if pool is not None else 0
+            got = spin.run_program(pool.box if pool is not None else _NO_BOX, gen0, self.table)
+            if got >= 0:
+                if pool is not None:
+                    pool.gen = got
+                return
+            i = -1 - got
+            if pool is not None:
+                pool.gen = gen0 + int(np.count_nonzero(self.table[:i + 1, 3] > 1))
+        finally:
+            if pool is not None:
+                pool.lock.release()
+        self.failed = i
+        run, args = self.calls[i]
+        run(*args)   # the failing call again from Python, where its exception can be seen
+        raise RuntimeError(f"kernel {getattr(run, '__name__', run)} failed in a native batch")
+
+
+_NO_BOX = np.zeros(1, np.int64)   # `run_program`'s mailbox where no call uses the pool
+
+
 class CpuBackend(Backend):
     name = "cpu"
 
@@ -508,6 +568,10 @@ class CpuBackend(Backend):
 
     def call(self, fn, args: list, items: int, parallel: bool, grid=(), block=()) -> None:
         parallel_for(fn, tuple(args), self.settings.num_threads if parallel else 1, items)
+
+    def batch(self, calls: list):
+        rows = [_native_row(run, tuple(args)) for run, args in calls]
+        return _Batch(calls, rows) if rows and all(r is not None for r in rows) else None
 
     def launcher(self, items: int, parallel: bool, grid=(), block=(), work: int | None = None):
         """How a bound kernel's plan runs one `Call` step, decided once: fn -> (run, trailing

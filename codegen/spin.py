@@ -247,6 +247,24 @@ if AVAILABLE:
         return _load(box, N_STATUS)
 
 
+    @njit(nogil=True, cache=True)
+    def run_program(box, gen, table):
+        """Kernel calls in order, with no Python between them: row i of `table` is (fn, tramp,
+        block, copies) of one call (`codegen.native_call`); copies <= 1 runs it here as copy
+        (0, 1), more posts it to the native pool as task gen + 1, gen + 2, ... (`post_and_run`).
+        Returns the last task's generation, or -1 - i where row i failed (rows after it not run)."""
+        for i in range(table.shape[0]):
+            copies = table[i, 3]
+            if copies <= 1:
+                status = _call_copy(table[i, 1], table[i, 0], table[i, 2], 0, 1)
+            else:
+                gen += 1
+                status = post_and_run(box, gen, copies, table[i, 0], table[i, 1], table[i, 2])
+            if status != 0:
+                return -1 - i
+        return gen
+
+
 _TICKS_PER_S: float | None = None
 
 

@@ -175,6 +175,7 @@ class Program:
     static: dict = field(default_factory=dict)         # slot -> value computed at build time
     static_steps: list = field(default_factory=list)   # the steps those came from (for coverage)
     owned: frozenset = frozenset()                     # slots of graph outputs in the program's own buffers
+    runs: list = field(default_factory=list)           # what a call runs: (batch, its calls' steps) | (None, step)
     env0: list = field(default_factory=list)           # each call's environment to start from
     timed: bool = False                                # a call of it has been timed step by step
 
@@ -627,6 +628,30 @@ class CompiledModel:
                 env0[s_] = view
                 fixed.add(s_)
         prog.env0 = env0
+        prog.runs = self._batched(prog.steps)
+
+    def _batched(self, steps: list) -> list:
+        """The steps as a call runs them: each run of consecutive steps whose calls are all fixed
+        and that the backend can batch (`Backend.batch`: on the CPU one native loop for all of
+        them) as (batch, the step of each of its calls), every other step as (None, step)."""
+        runs, group = [], []
+
+        def close():
+            calls = [c for st in group for c in st.fixed]
+            batch = self.backend.batch(calls) if group else None
+            if batch is not None:
+                runs.append((batch, [st for st in group for _ in st.fixed]))
+            else:
+                runs.extend((None, st) for st in group)
+            group.clear()
+        for step in steps:
+            if step.fixed and step.kernel.backend is self.backend and self.backend.batch(step.fixed) is not None:
+                group.append(step)
+            else:
+                close()
+                runs.append((None, step))
+        close()
+        return runs
 
     # -- running ----------------------------------------------------------------------
     def _bind(self, feeds: dict):
@@ -706,7 +731,10 @@ class CompiledModel:
         env = self._start(feeds, prog)
         run_step = self._run_step
         try:
-            for step in prog.steps:
+            for batch, step in prog.runs:
+                if batch is not None:          # kernels on the program's own buffers, run natively
+                    batch()
+                    continue
                 fixed = step.fixed
                 if fixed is not None:          # a kernel on the program's own buffers
                     for run, args in fixed:
@@ -714,7 +742,7 @@ class CompiledModel:
                 else:
                     run_step(prog, step, env)
         except IndexError as e:
-            raise _bad_value(step, e) from None
+            raise _bad_value(step[batch.failed] if batch is not None else step, e) from None
         return self._results(feeds, env, prog)
 
     def _run_timed(self, feeds: dict, prog: Program, times: list) -> dict:

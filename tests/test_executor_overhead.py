@@ -72,6 +72,21 @@ def test_every_step_is_a_kernel_and_inner_steps_are_planned_whole(model_and_refe
     assert len(prog.owned) == 1
 
 
+def test_the_fixed_steps_run_from_one_native_loop_with_the_per_step_bits(model_and_reference):
+    model, ws, bs = model_and_reference
+    prog = next(iter(model._programs.values()))
+    # the feed's step runs from Python; every later one from one native loop (`cpu._Batch`)
+    assert prog.runs[0] == (None, prog.steps[0]) and len(prog.runs) == 2
+    batch, owners = prog.runs[1]
+    assert isinstance(batch, cpu._Batch) and owners == [s for s in prog.steps[1:] for _ in s.fixed]
+    assert len(batch.table) == len(owners) and (batch.table[:, 3] == 1).all()   # one thread: no pool
+    x = np.random.default_rng(4).standard_normal((1, WIDTH)).astype(np.float32)
+    batched = np.array(model(x))
+    per_step, times = model.run_timed({"x": x})   # the steps one by one from Python, each timed
+    assert len(times) == len(prog.steps) and np.array_equal(per_step["y"], batched)
+    np.testing.assert_allclose(batched, numpy_chain(x, ws, bs), rtol=1e-5, atol=1e-6)
+
+
 def test_results_match_numpy_and_stay_identical(model_and_reference):
     model, ws, bs = model_and_reference
     rng = np.random.default_rng(1)
@@ -192,7 +207,16 @@ def test_one_and_two_threads_give_the_same_bits(monkeypatch):
     x = np.random.default_rng(3).standard_normal((64, WIDTH)).astype(np.float32)
     one = runtime.load(m, settings=Settings.from_env().with_(threads=1))(x)
     two = runtime.load(m, settings=Settings.from_env().with_(threads=2))
-    assert any(type(run) is cpu._Spread for s in two.prepare({"x": x}).steps for run, _ in s.plan.calls)
+    prog = two.prepare({"x": x})
+    assert any(type(run) is cpu._Spread for s in prog.steps for run, _ in s.plan.calls)
+    assert np.array_equal(two(x), one)
+    # the split kernels are posted to the pool from the native loop; while another caller
+    # holds the pool, the loop's calls run one by one from Python, to the same bits
+    batches = [b for b, _ in prog.runs if b is not None]
+    assert batches and any((b.table[:, 3] > 1).any() for b in batches)
+    pool = cpu._the_native_pool()
+    with pool.lock:
+        assert np.array_equal(two(x), one)
     assert np.array_equal(two(x), one)
 
 

@@ -49,3 +49,28 @@ def test_gather_indices_checked(tmp_path, name):
         m.run({"ids": np.array(bad, dtype=np.int64)})
     assert isinstance(err.value, TensortuneError) and "\n" not in str(err.value)
     np.testing.assert_array_equal(m.run({"ids": good})["y"], ref(good))   # the model still runs
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_gather_run_from_the_native_loop_names_its_node(tmp_path, threads):
+    """Indices computed inside the model: the Gather's step has fixed arguments and runs from
+    the native loop (`codegen.cpu._Batch`) with the step after it; out of range, the failing
+    call is run again from Python and the error names the Gather, as from the step loop."""
+    from ir.settings import Settings
+    nodes = [h.make_node("Add", ["ids", "one"], ["j"]), h.make_node("Gather", ["w", "j"], ["g"], axis=0),
+             h.make_node("Mul", ["g", "two"], ["y"])]
+    g = h.make_graph(nodes, "computed_ids", [h.make_tensor_value_info("ids", T.INT64, [3])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [3, 16])],
+                     [onnx.numpy_helper.from_array(W16, "w"), onnx.numpy_helper.from_array(np.array(1, np.int64), "one"),
+                      onnx.numpy_helper.from_array(np.array(2, np.float32), "two")])
+    m = runtime.load(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]),
+                     settings=Settings.from_env().with_(threads=threads))
+    good = np.array([0, 8, -2], np.int64)
+    np.testing.assert_array_equal(m.run({"ids": good})["y"], 2 * W16[good + 1])
+    prog = m.prepare({"ids": good})
+    batched = [st for b, sts in prog.runs if b is not None for st in sts]
+    assert any(n.op == "Gather" for st in batched for n in st.subgraph.nodes), [st.name for _, st in prog.runs]
+    with pytest.raises(InputValueError, match=r"Gather '.*': an index is out of range") as err:
+        m.run({"ids": np.array([0, 9, 1], np.int64)})
+    assert "\n" not in str(err.value)
+    np.testing.assert_array_equal(m.run({"ids": good})["y"], 2 * W16[good + 1])   # the model still runs

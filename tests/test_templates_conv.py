@@ -480,13 +480,17 @@ def test_default_tiles_follow_the_vector_shape(wl, avx2, avx512):
     (4, 2, "4x64"),     # the strided conv into that 2x2 map
     (4, 1, "8x32"),     # 16 pixels: two tiles of 8 (14x32 computes 28 in two tiles too)
     (3, 1, "14x32"),    # 9 pixels: one tile of 14 streams the weights once (4x64: three times)
-    (8, 1, "14x32"),    # 64 pixels and more: the 28-accumulator tile
+    (8, 1, "8x32"),     # rows of 8: whole tiles of 8 a row (14x32 crosses rows: a window offset per pixel)
+    (7, 1, "14x32"),    # rows of 7, 49 pixels: the 28-accumulator tile, two rows a tile
+    (14, 1, "14x32"),   # rows of 14 and more that hold it whole: the 28-accumulator tile
+    (10, 1, "14x32"),   # rows of 10 hold no tile of 8 or more: the fewest weight passes
     (1, 1, "4x64"),     # a 1x1 map (was the direct 4x16 kernel: as fast, measured)
 ])
 def test_blocked_default_tile_fits_small_planes(h, s, avx512):
-    """On AVX-512 the untuned blocked tile follows the plane (`blocked_tile`): the fewest pixel
-    tiles (weight passes), then the fewest pixels computed; AVX2 keeps its one tile, and its
-    planes of under 16 pixels the direct kernel."""
+    """On AVX-512 the untuned blocked tile follows the plane (`blocked_tile`): tiles of 8 or more
+    pixels that rows hold whole first, then the fewest pixel tiles (weight passes), then the
+    fewest pixels computed; AVX2 keeps its one tile, and its planes of under 16 pixels the
+    direct kernel."""
     wl = conv_wl(1, 64, h, h, 128, s=s, epi=("relu",))
     cfg = CONV.default_config(wl, AVX512)
     assert (cfg["algo"], cfg["vec"], cfg["regtile"], cfg["tile_code"]) == ("blocked", "oc", avx512, "vec16")
@@ -506,7 +510,7 @@ def test_strided_1x1_onto_small_planes_defaults_to_blocked_on_avx512(h, cin, blo
     assert (cfg["algo"] == "blocked") == blocked
     if blocked:
         assert (cfg["vec"], cfg["tile_code"]) == ("oc", "vec16")
-        assert cfg["regtile"] == blocked_tile(wl.output_shape[2] * wl.output_shape[3], (16, 32))
+        assert cfg["regtile"] == blocked_tile(wl.output_shape[2] * wl.output_shape[3], (16, 32), wl.output_shape[3])
         check(CONV, wl, cfg)
     assert CONV.default_config(wl, AVX2)["algo"] != "blocked"
 

@@ -96,6 +96,12 @@ BLOCKED_TILE = {(8, 16): "6x16", (16, 32): "14x32"}
 # 14x32 took 1.28-1.41x; a 3x3 map kept 14x32 (one pixel tile: 0.98x, 4x64 1.10x); 8x8 and
 # larger within 5 % either way
 BLOCKED_PLANE_TILES = {(16, 32): ("14x32", "8x32", "4x64")}
+ALIGNED_MIN_PIXELS = 8
+# a plane tile of this many pixels or more that rows hold whole goes before one of fewer weight
+# passes that crosses them (`blocked_tile`): 8x32 against 14x32 on 3x3 convs, 1 thread, CPU
+# time (Emerald Rapids, 2026-12-06): 64 -> 64 @16 (ResNet-18 at a 64x64 image) 0.96x the time
+# (1.00x onnxruntime), 128 -> 128 @8 0.90x (0.98x), @24 0.95x, @32 0.99x; in the model, untuned
+# ResNet-18 0.98x at 1 thread, 0.99x at 2. Rows of 7, 14, 28, 56 keep 14x32 (rows hold it)
 # the untuned tiles with vectors along the pixels (output channels x pixels, SLP): (1x1 stride-1
 # GEMM over the plane, packed im2col GEMMs of 1x1 / strided convs, direct stems). AVX2: 4x16, 6x16,
 # 4x16 (8-12 ymm accumulators); AVX-512: 8x32 (16 zmm), 1.2-1.7x faster than 4x16 / 6x16 on
@@ -134,16 +140,20 @@ def _geometry(wl: Workload):
             "PT": pads[0], "PL": pads[1], "G": int(node.attrs.get("group", 1))}
 
 
-def blocked_tile(pixels: int, shape: tuple) -> str:
-    """The untuned blocked tile for a plane of `pixels` output pixels: of the vector shape's
-    plane tiles (`BLOCKED_PLANE_TILES`, else its one `BLOCKED_TILE`), the one of fewest pixel
-    tiles (weight passes), then of fewest pixels computed; ties to the first listed."""
+def blocked_tile(pixels: int, shape: tuple, ow: int | None = None) -> str:
+    """The untuned blocked tile for a plane of `pixels` output pixels in rows of `ow`: of the
+    vector shape's plane tiles (`BLOCKED_PLANE_TILES`, else its one `BLOCKED_TILE`), the one of
+    fewest pixel tiles (weight passes), then of fewest pixels computed; ties to the first listed.
+    Where rows hold whole tiles of at least `ALIGNED_MIN_PIXELS`, those go first: a tile crossing
+    rows at varying columns computes each pixel's window offset (`pixel_run`, `ALIGNED_MIN_PIXELS`)."""
     tiles = BLOCKED_PLANE_TILES.get(shape)
     if not tiles:
         return pick_tiles(BLOCKED_TILE, *shape)
     def cost(tile: str) -> tuple:
-        n = -(-pixels // _tile_dims(tile)[0])
-        return n, n * _tile_dims(tile)[0]
+        mr = _tile_dims(tile)[0]
+        n = -(-pixels // mr)
+        aligned = ow is not None and mr >= ALIGNED_MIN_PIXELS and ow % mr == 0
+        return not aligned, n, n * mr
     return min(tiles, key=cost)
 
 
@@ -308,7 +318,7 @@ class Conv2dTemplate(Template):
             # (one call per tile, the accumulators in registers over the whole reduction): per
             # work item one weight panel x 16 pixel tiles (the panel reused from L1/L2); the SLP
             # tile: 4 pixel tiles x 4 panels, pixels outside (experiments/bench_conv.md)
-            tile = blocked_tile(P, shape) if DEFAULT_VECTOR_IR else "6x16"
+            tile = blocked_tile(P, shape, ow) if DEFAULT_VECTOR_IR else "6x16"
             blocks = {"order": "oc_px", "OCB": 1, "PB": 16} if DEFAULT_VECTOR_IR else \
                 {"order": "px_oc", "OCB": 4, "PB": 4}
             return self.space(wl, target).validate({**base, "algo": "blocked", "vec": "oc", "regtile": tile, **blocks,

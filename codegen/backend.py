@@ -173,7 +173,8 @@ class Backend(abc.ABC):
     def batch(self, calls: list) -> Callable[[], None] | None:
         """One callable running flat calls ((run, args) of `codegen.kernel.Calls`, every argument
         fixed) in order, faster than calling each from Python; None where this backend has no
-        such thing or some call cannot take part. Raising, its `failed` names the call's index."""
+        such thing or some call cannot take part. Its `seconds()` gives each call's seconds in
+        its last run; raising, its `failed` names the failing call's index."""
         return None
 
     def library(self, routine: str) -> Callable:

@@ -479,8 +479,10 @@ class _Batch:
     no Python between kernels, no dispatch on their arguments. Called one by one from the
     executor's loop they cost ~0.7 us each more (measured on an Emerald Rapids guest, untuned,
     1 thread: ViT-small's 65 calls 0.93x the time, BERT-small 0.88x, 2 threads MobileNetV2 0.91x).
-    Where another caller holds the native pool, the calls run one by one as before."""
-    __slots__ = ("calls", "table", "blocks", "threads", "failed")
+    Where another caller holds the native pool, the calls run one by one as before.
+    `seconds()`: each call's seconds in the last run (the loop reads the TSC between calls), so
+    a timed run of the model runs as a deployed one does."""
+    __slots__ = ("calls", "table", "blocks", "threads", "failed", "stamps", "_python_s")
 
     def __init__(self, calls: list, rows: list):
         self.calls = list(calls)
@@ -489,6 +491,14 @@ class _Batch:
                                for (e, _, copies, _), b in zip(rows, self.blocks)], np.int64).reshape(len(rows), 4)
         self.threads = max(threads for *_, threads in rows)
         self.failed: int | None = None
+        self.stamps = np.zeros(len(rows) + 1, np.int64)
+        self._python_s: list | None = None   # where the last run went call by call from Python: their seconds
+
+    def seconds(self) -> np.ndarray:
+        """Seconds of each call in the last run."""
+        if self._python_s is not None:
+            return np.asarray(self._python_s)
+        return np.diff(self.stamps) / _ticks_per_second()
 
     def __call__(self) -> None:
         from codegen import spin
@@ -496,14 +506,18 @@ class _Batch:
         if self.threads > 1:
             pool = _native or _the_native_pool()
             if not pool.lock.acquire(blocking=False):
+                self._python_s, perf = [], time.perf_counter
                 for self.failed, (run, args) in enumerate(self.calls):
+                    t0 = perf()
                     run(*args)
+                    self._python_s.append(perf() - t0)
                 return
+        self._python_s = None
         try:
             if pool is not None and pool.threads < self.threads - 1:
                 pool._start(self.threads - 1)
             gen0 = pool.gen if pool is not None else 0
-            got = spin.run_program(pool.box if pool is not None else _NO_BOX, gen0, self.table)
+            got = spin.run_program(pool.box if pool is not None else _NO_BOX, gen0, self.table, self.stamps)
             if got >= 0:
                 if pool is not None:
                     pool.gen = got
@@ -521,6 +535,11 @@ class _Batch:
 
 
 _NO_BOX = np.zeros(1, np.int64)   # `run_program`'s mailbox where no call uses the pool
+
+
+def _ticks_per_second() -> float:
+    from codegen import spin
+    return spin.ticks_per_second()
 
 
 class CpuBackend(Backend):

@@ -76,14 +76,15 @@ def test_the_fixed_steps_run_from_one_native_loop_with_the_per_step_bits(model_a
     model, ws, bs = model_and_reference
     prog = next(iter(model._programs.values()))
     # the feed's step runs from Python; every later one from one native loop (`cpu._Batch`)
-    assert prog.runs[0] == (None, prog.steps[0]) and len(prog.runs) == 2
-    batch, owners = prog.runs[1]
+    assert prog.runs[0] == (None, prog.steps[0], None) and len(prog.runs) == 2
+    batch, owners, _ = prog.runs[1]
     assert isinstance(batch, cpu._Batch) and owners == [s for s in prog.steps[1:] for _ in s.fixed]
     assert len(batch.table) == len(owners) and (batch.table[:, 3] == 1).all()   # one thread: no pool
     x = np.random.default_rng(4).standard_normal((1, WIDTH)).astype(np.float32)
     batched = np.array(model(x))
-    per_step, times = model.run_timed({"x": x})   # the steps one by one from Python, each timed
+    per_step, times = model.run_timed({"x": x})   # the same loop, its calls timed by its own clock
     assert len(times) == len(prog.steps) and np.array_equal(per_step["y"], batched)
+    assert all(t > 0 for t in times) and np.allclose(times[1:], [batch.seconds()[k] for k in range(len(owners))])
     np.testing.assert_allclose(batched, numpy_chain(x, ws, bs), rtol=1e-5, atol=1e-6)
 
 
@@ -212,7 +213,7 @@ def test_one_and_two_threads_give_the_same_bits(monkeypatch):
     assert np.array_equal(two(x), one)
     # the split kernels are posted to the pool from the native loop; while another caller
     # holds the pool, the loop's calls run one by one from Python, to the same bits
-    batches = [b for b, _ in prog.runs if b is not None]
+    batches = [b for b, _, _ in prog.runs if b is not None]
     assert batches and any((b.table[:, 3] > 1).any() for b in batches)
     pool = cpu._the_native_pool()
     with pool.lock:

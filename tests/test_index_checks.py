@@ -68,8 +68,8 @@ def test_a_gather_run_from_the_native_loop_names_its_node(tmp_path, threads):
     good = np.array([0, 8, -2], np.int64)
     np.testing.assert_array_equal(m.run({"ids": good})["y"], 2 * W16[good + 1])
     prog = m.prepare({"ids": good})
-    batched = [st for b, sts in prog.runs if b is not None for st in sts]
-    assert any(n.op == "Gather" for st in batched for n in st.subgraph.nodes), [st.name for _, st in prog.runs]
+    batched = [st for b, sts, _ in prog.runs if b is not None for st in sts]
+    assert any(n.op == "Gather" for st in batched for n in st.subgraph.nodes), [st.name for st in prog.steps]
     with pytest.raises(InputValueError, match=r"Gather '.*': an index is out of range") as err:
         m.run({"ids": np.array([0, 9, 1], np.int64)})
     assert "\n" not in str(err.value)

@@ -16,13 +16,16 @@ A call costs little Python around the kernels (`experiments/bench_overhead.py`):
 each kernel step's launch is planned once per program as flat calls on the arena
 (`BoundKernel.plan`), so a step whose inputs and output live there runs as one
 Python call per kernel function; only steps reading a feed or a value made on this
-call, or writing a graph output, fill those few arguments per call. Feeds of a
+call, or writing a graph output, fill those few arguments per call. Runs of
+consecutive fixed steps go further where the backend can (`Backend.batch`): on the
+CPU one native loop calls all their kernels, no Python between them. Feeds of a
 (name, shape, dtype) signature seen before go straight to their program. A cold
 program's distinct uncached kernels compile on worker processes at once.
 
-`run` reads no clock. `run_timed` is the profiling mode (`runtime.profile`): the same
-steps with the time of each; a program's first call runs that way too, so that the
-coverage's time shares are known without a cost on later calls.
+`run` reads no clock but the native loop's counter between kernels (~20 cycles).
+`run_timed` is the profiling mode (`runtime.profile`): the same steps with the time of
+each; a program's first call runs that way too, so that the coverage's time shares
+are known without a cost on later calls.
 """
 from __future__ import annotations
 
@@ -688,7 +691,8 @@ class CompiledModel:
 
     def run_timed(self, feeds: dict) -> tuple[dict, list[float]]:
         """(outputs, seconds of each step of this call's program, in order): the profiling run
-        mode (`runtime.profile`). `run` itself reads no clock: its loop stays free of timing."""
+        mode (`runtime.profile`). `run` itself reads no clock: its loop stays free of timing
+        (but for the native loop's counter, which `run_timed` reads back)."""
         times: list[float] = []
         return self._execute(feeds, times), times
 

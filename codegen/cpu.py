@@ -482,9 +482,11 @@ class _Batch:
     Where another caller holds the native pool, the calls run one by one as before.
     `seconds()`: each call's seconds in the last run (the loop reads the TSC between calls), so
     a timed run of the model runs as a deployed one does."""
-    __slots__ = ("calls", "table", "blocks", "threads", "failed", "stamps", "_python_s")
+    __slots__ = ("calls", "table", "blocks", "threads", "failed", "stamps", "_python_s", "_spin")
 
     def __init__(self, calls: list, rows: list):
+        from codegen import spin
+        self._spin = spin   # bound once: an import statement in `__call__` cost every model call
         self.calls = list(calls)
         self.blocks = [entry.pack(args) for entry, args, _, _ in rows]   # kept alive: the table points at them
         self.table = np.array([(e.address, e.trampoline, b.ctypes.data, copies)
@@ -498,10 +500,9 @@ class _Batch:
         """Seconds of each call in the last run."""
         if self._python_s is not None:
             return np.asarray(self._python_s)
-        return np.diff(self.stamps) / _ticks_per_second()
+        return np.diff(self.stamps) / self._spin.ticks_per_second()
 
     def __call__(self) -> None:
-        from codegen import spin
         pool = None
         if self.threads > 1:
             pool = _native or _the_native_pool()
@@ -517,7 +518,7 @@ class _Batch:
             if pool is not None and pool.threads < self.threads - 1:
                 pool._start(self.threads - 1)
             gen0 = pool.gen if pool is not None else 0
-            got = spin.run_program(pool.box if pool is not None else _NO_BOX, gen0, self.table, self.stamps)
+            got = self._spin.run_program(pool.box if pool is not None else _NO_BOX, gen0, self.table, self.stamps)
             if got >= 0:
                 if pool is not None:
                     pool.gen = got
@@ -535,11 +536,6 @@ class _Batch:
 
 
 _NO_BOX = np.zeros(1, np.int64)   # `run_program`'s mailbox where no call uses the pool
-
-
-def _ticks_per_second() -> float:
-    from codegen import spin
-    return spin.ticks_per_second()
 
 
 class CpuBackend(Backend):

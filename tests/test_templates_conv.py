@@ -451,15 +451,16 @@ AVX512 = {"vector_bits": 512, "vector_registers": 32}
 @pytest.mark.parametrize("wl, avx2, avx512", [
     (conv_wl(1, 64, 56, 56, 64), "6x16", "14x32"),                          # blocked, vector-IR tile
     (conv_wl(1, 256, 14, 14, 512, s=2), "6x16", "14x32"),
-    (conv_wl(1, 24, 56, 56, 144, k=1, p=0), "4x16", "8x32"),                # 1x1: GEMM over the plane
-    (conv_wl(1, 64, 56, 56, 128, k=1, s=2, p=0), "4x16", "8x32"),           # 1x1 strided: GEMM over the subsampled plane
+    (conv_wl(1, 24, 56, 56, 144, k=1, p=0), "4x24", "8x32"),                # 1x1: GEMM over the plane
+    (conv_wl(1, 64, 56, 56, 128, k=1, s=2, p=0), "4x24", "8x32"),           # 1x1 strided: GEMM over the subsampled plane
     (conv_wl(1, 256, 14, 14, 512, k=1, s=2, p=0), "6x16", "14x32"),         # 7x7 output: AVX2 im2col, AVX-512 the deep GEMM
     (conv_wl(1, 576, 7, 7, 160, k=1, p=0), "6x16", "14x32"),               # 7x7 map: AVX2 im2col, AVX-512 in place (deep)
     (conv_wl(1, 3, 224, 224, 64, k=7, s=2, p=3), "4x16", "8x32"),           # stem: direct
     (conv_wl(1, 3, 64, 64, 192, k=16, s=16, p=0), "6x16", "8x32"),          # ViT patches: im2col, vector IR
 ], ids=["3x3", "3x3s2", "1x1", "1x1s2", "1x1s2@7", "1x1@7", "stem", "patch16"])
 def test_default_tiles_follow_the_vector_shape(wl, avx2, avx512):
-    """AVX2's (8 lanes, 16 registers) tiles are what they were; AVX-512's (16, 32) fill its 32
+    """AVX2's (8 lanes, 16 registers) tiles keep 8-12 accumulators (4x24 for the vector-IR GEMM over
+    the plane: 12 ymm accumulators, 3 pixel vectors, a broadcast); AVX-512's (16, 32) fill its 32
     registers (28 accumulators of the blocked tile and of deep 1x1 GEMMs on small planes, 16 of
     the other pixel tiles), in its own space only; blocked and direct vec='px' tiles are vector IR."""
     for target, tile in ((AVX2, avx2), (AVX512, avx512)):

@@ -113,6 +113,13 @@ PX_TILES = {(8, 16): ("4x16", "6x16", "4x16"), (16, 32): ("8x32", "8x32", "8x32"
 # large planes of few input channels (0.4-0.75x: 16->96 @112, 144->24 @56) and on the stem (Xeon
 # Ice Lake, 2026-12-03, experiments/bench_conv.md); AVX2 keeps PX_TILES
 PX_DEEP_TILE = {(16, 32): "14x32"}
+# the vector-IR plane GEMM's tile (1x1 convs read in place, vec=px) where it is not PX_TILES's:
+# AVX2 4x24 (12 ymm accumulators + 3 pixel vectors + a broadcast: the 16 registers, no spill as
+# vector IR; the SLP tile spills there). MobileNetV2 (96x96) in the model, untuned, processes in
+# turns against 4x16 (AMD EPYC Zen 3, 2026-12-07, experiments/bench_turns.md): every 1x1 step
+# 0.79-0.90x the time at 1 thread (16->96 @48 191 -> 151 us, onnxruntime's node 143), 0.83-0.97x
+# at 2; the step sum 0.88x; ResNet-18's strided 1x1s within the noise
+PX_PLANE_TILE = {(8, 16): "4x24"}
 DW_TILES = ("4x8", "2x16", "4x16", "2x32")     # depthwise: output rows x pixels of a row
 DW_PLANE_TILES = ("4x8", "4x16", "2x32", "4x32", "2x64")   # dw_plane: output rows x pixels of a row
 # plane (stems): output rows x pixels of a row, x `plane_channels` output channels. One row of 16 pixels:
@@ -310,7 +317,8 @@ class Conv2dTemplate(Template):
                 return self.space(wl).validate({**base, "algo": "im2col", "vec": "oc", "regtile": px_tiles[0],
                                                 "order": "oc_px", "OCB": 1, "PB": 8})
             return self.space(wl, target).validate({**base, "algo": "direct", "vec": "px", "order": "px_oc", "OCB": 4,
-                                                    "regtile": PX_DEEP_TILE[shape] if deep else px_tiles[0],
+                                                    "regtile": PX_DEEP_TILE[shape] if deep else
+                                                    PX_PLANE_TILE.get(shape, px_tiles[0]) if px_code != "slp" else px_tiles[0],
                                                     "tile_code": px_code})
         if blocked:
             # many input channels: 8-channel blocks, 12 (AVX2) or 28 (AVX-512) accumulators along the output channels;

@@ -64,27 +64,30 @@ def test_every_step_is_a_kernel_and_inner_steps_are_planned_whole(model_and_refe
     model, _, _ = model_and_reference
     prog = next(iter(model._programs.values()))
     assert all(s.kernel is not None for s in prog.steps), [s.kind for s in prog.steps]
-    # the first step reads the feed: filled per call; every other step runs on the program's
-    # buffers only (the arena, and the last one's own buffer for the graph output, copied out
-    # per call), its calls fixed when the program was built
-    assert prog.steps[0].fixed is None
-    assert len(prog.steps) >= 3 and all(s.fixed is not None for s in prog.steps[1:])
+    # every step runs on the program's buffers only (the feed copied into one of them at the
+    # start of each call, the arena, and the last one's own buffer for the graph output, copied
+    # out per call), its calls fixed when the program was built
+    [(slot, staged)] = prog.staged
+    assert staged.shape == (1, WIDTH) and slot == model._slot["x"]
+    assert len(prog.steps) >= 3 and all(s.fixed is not None for s in prog.steps)
+    assert any(a is staged or (isinstance(a, np.ndarray) and np.shares_memory(a, staged))
+               for _, args in prog.steps[0].fixed for a in args)
     assert len(prog.owned) == 1
 
 
 def test_the_fixed_steps_run_from_one_native_loop_with_the_per_step_bits(model_and_reference):
     model, ws, bs = model_and_reference
     prog = next(iter(model._programs.values()))
-    # the feed's step runs from Python; every later one from one native loop (`cpu._Batch`)
-    assert prog.runs[0] == (None, prog.steps[0], None) and len(prog.runs) == 2
-    batch, owners, _ = prog.runs[1]
-    assert isinstance(batch, cpu._Batch) and owners == [s for s in prog.steps[1:] for _ in s.fixed]
+    # every step from one native loop (`cpu._Batch`), the feed's step too (it reads the copy)
+    assert len(prog.runs) == 1
+    batch, owners, _ = prog.runs[0]
+    assert isinstance(batch, cpu._Batch) and owners == [s for s in prog.steps for _ in s.fixed]
     assert len(batch.table) == len(owners) and (batch.table[:, 3] == 1).all()   # one thread: no pool
     x = np.random.default_rng(4).standard_normal((1, WIDTH)).astype(np.float32)
     batched = np.array(model(x))
     per_step, times = model.run_timed({"x": x})   # the same loop, its calls timed by its own clock
     assert len(times) == len(prog.steps) and np.array_equal(per_step["y"], batched)
-    assert all(t > 0 for t in times) and np.allclose(times[1:], [batch.seconds()[k] for k in range(len(owners))])
+    assert all(t > 0 for t in times) and np.allclose(times, [batch.seconds()[k] for k in range(len(owners))])
     np.testing.assert_allclose(batched, numpy_chain(x, ws, bs), rtol=1e-5, atol=1e-6)
 
 
@@ -119,8 +122,35 @@ def test_a_call_allocates_nothing_through_the_backend_and_builds_no_plan(model_a
     outs = [model(x) for _ in range(2)]
     assert empties == []                 # the graph output is written to the program's buffer, then copied
     assert not np.shares_memory(outs[0], outs[1]) and np.array_equal(outs[0], outs[1])
-    assert len(asarrays) == 5            # the feed, once per call; buffers of the arena never
+    assert asarrays == []                # the feed is copied into the program's buffer; the arena's never converted
     assert plans == [] and builds == []
+
+
+def test_each_call_reads_its_own_feed_through_the_staged_copy(model_and_reference):
+    model, ws, bs = model_and_reference
+    prog = next(iter(model._programs.values()))
+    [(_, staged)] = prog.staged
+    base = np.random.default_rng(5).standard_normal((3, WIDTH)).astype(np.float32)
+    x = base.T.copy().T[:1]              # not C-contiguous: copied in all the same
+    assert not x.flags.c_contiguous
+    got = np.array(model(x))
+    np.testing.assert_allclose(got, numpy_chain(x, ws, bs), rtol=1e-5, atol=1e-6)
+    assert np.array_equal(staged, x) and not np.shares_memory(staged, x)
+    x2 = np.ascontiguousarray(-x)        # same program, new contents: the copy is refreshed per call
+    np.testing.assert_allclose(model(x2), numpy_chain(x2, ws, bs), rtol=1e-5, atol=1e-6)
+
+
+def test_a_feed_above_the_staging_size_is_read_in_place_per_call(monkeypatch):
+    from runtime import executor
+    monkeypatch.setattr(executor, "STAGE_MAX_BYTES", WIDTH * 4 - 1)
+    m, ws, bs = chain(seed=3)
+    model = runtime.load(m, settings=Settings.from_env().with_(threads=1))
+    x = np.random.default_rng(6).standard_normal((1, WIDTH)).astype(np.float32)
+    np.testing.assert_allclose(model(x), numpy_chain(x, ws, bs), rtol=1e-5, atol=1e-6)
+    prog = next(iter(model._programs.values()))
+    assert prog.staged == [] and prog.steps[0].fixed is None        # filled from the caller's array per call
+    assert prog.runs[0] == (None, prog.steps[0], None) and len(prog.runs) == 2
+    np.testing.assert_allclose(model(-x), numpy_chain(-x, ws, bs), rtol=1e-5, atol=1e-6)
 
 
 def test_a_feed_that_needs_converting_still_runs_right(model_and_reference):

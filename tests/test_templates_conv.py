@@ -460,7 +460,8 @@ AVX512 = {"vector_bits": 512, "vector_registers": 32}
 ], ids=["3x3", "3x3s2", "1x1", "1x1s2", "1x1s2@7", "1x1@7", "stem", "patch16"])
 def test_default_tiles_follow_the_vector_shape(wl, avx2, avx512):
     """AVX2's (8 lanes, 16 registers) tiles keep 8-12 accumulators (4x24 for the vector-IR GEMM over
-    the plane: 12 ymm accumulators, 3 pixel vectors, a broadcast); AVX-512's (16, 32) fill its 32
+    the plane: 12 ymm accumulators, 3 pixel vectors, a broadcast; the blocked 4x16 on planes of up
+    to 16 pixels, `BLOCKED_SMALL`); AVX-512's (16, 32) fill its 32
     registers (28 accumulators of the blocked tile and of deep 1x1 GEMMs on small planes, 16 of
     the other pixel tiles), in its own space only; blocked and direct vec='px' tiles are vector IR."""
     for target, tile in ((AVX2, avx2), (AVX512, avx512)):
@@ -490,22 +491,27 @@ def test_default_tiles_follow_the_vector_shape(wl, avx2, avx512):
 def test_blocked_default_tile_fits_small_planes(h, s, avx512):
     """On AVX-512 the untuned blocked tile follows the plane (`blocked_tile`): tiles of 8 or more
     pixels that rows hold whole first, then the fewest pixel tiles (weight passes), then the
-    fewest pixels computed; AVX2 keeps its one tile, and its planes of under 16 pixels the
-    direct kernel."""
+    fewest pixels computed; AVX2 takes its small-plane tile on planes of up to 16 pixels (4x16,
+    `BLOCKED_SMALL`), planes of under 16 included (they ran the direct kernel 2-3x slower), else its
+    one tile; the small-plane defaults compute what NumPy does."""
     wl = conv_wl(1, 64, h, h, 128, s=s, epi=("relu",))
     cfg = CONV.default_config(wl, AVX512)
     assert (cfg["algo"], cfg["vec"], cfg["regtile"], cfg["tile_code"]) == ("blocked", "oc", avx512, "vec16")
     assert CONV.space(wl, AVX512).validate(cfg) == cfg
-    few = wl.output_shape[2] * wl.output_shape[3] < 16
-    assert CONV.default_config(wl, AVX2)["algo"] == ("direct" if few else "blocked")
+    avx2 = CONV.default_config(wl, AVX2)
+    pixels = wl.output_shape[2] * wl.output_shape[3]
+    small = "4x16" if pixels <= 16 else "6x16"
+    assert (avx2["algo"], avx2["vec"], avx2["regtile"], avx2["tile_code"]) == ("blocked", "oc", small, "vec8")
+    if pixels < 16:
+        check(CONV, wl, avx2)
 
 
 @pytest.mark.parametrize("h, cin, blocked", [(4, 256, True), (8, 128, True), (16, 64, False), (8, 32, False)])
 def test_strided_1x1_onto_small_planes_defaults_to_blocked_on_avx512(h, cin, blocked):
     """A strided 1x1 conv onto at most 16 pixels from >= 64 channels (ResNet's downsamples on
     small maps) runs the blocked kernel by default on AVX-512 (its pad does the subsample), with
-    the plane's tile; larger planes and fewer channels keep the direct GEMM; AVX2 is unchanged.
-    The default computes what NumPy does."""
+    the plane's tile; larger planes and fewer channels keep the direct GEMM; AVX2 the same, with
+    its small-plane tile. The default computes what NumPy does."""
     wl = conv_wl(1, cin, h, h, 2 * cin, k=1, s=2, p=0, epi=("res", "relu"))
     cfg = CONV.default_config(wl, AVX512)
     assert (cfg["algo"] == "blocked") == blocked
@@ -513,7 +519,11 @@ def test_strided_1x1_onto_small_planes_defaults_to_blocked_on_avx512(h, cin, blo
         assert (cfg["vec"], cfg["tile_code"]) == ("oc", "vec16")
         assert cfg["regtile"] == blocked_tile(wl.output_shape[2] * wl.output_shape[3], (16, 32), wl.output_shape[3])
         check(CONV, wl, cfg)
-    assert CONV.default_config(wl, AVX2)["algo"] != "blocked"
+    avx2 = CONV.default_config(wl, AVX2)
+    assert (avx2["algo"] == "blocked") == blocked
+    if blocked:
+        assert avx2["regtile"] == "4x16"
+        check(CONV, wl, avx2)
 
 
 @pytest.mark.parametrize("geo, cin, cout, tile", [

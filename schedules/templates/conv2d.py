@@ -96,6 +96,18 @@ BLOCKED_TILE = {(8, 16): "6x16", (16, 32): "14x32"}
 # 14x32 took 1.28-1.41x; a 3x3 map kept 14x32 (one pixel tile: 0.98x, 4x64 1.10x); 8x8 and
 # larger within 5 % either way
 BLOCKED_PLANE_TILES = {(16, 32): ("14x32", "8x32", "4x64")}
+BLOCKED_SMALL = {(8, 16): (16, "4x16")}
+# per vector shape (pixels, tile): the untuned blocked tile on planes of at most that many output
+# pixels (`blocked_tile`), and planes of fewer than 16 pixels then take the blocked kernel too, as
+# on AVX-512 (`_blocked_by_plane`). AVX2 4x16 (8 ymm accumulators) on 4x4 maps and smaller,
+# against 6x16 and, under 16 pixels, the direct vec=oc 4x16 (AMD EPYC Zen 3, 2026-12-07): alone, 1
+# thread, CPU time, 256->256 @4 0.82x the time (onnxruntime 1.05x of it), 512->512 @2 738 -> 247
+# us (onnxruntime 371), the 3x3/2 into 2x2 360 -> 157 (213), the 1x1/2 into 2x2 53 -> 32 (36);
+# ResNet-18 (64x64) in the model, processes in turns: those steps 0.66-0.92x the time at 1 thread,
+# 0.68-0.97x at 2, the model 0.99 -> 0.82x onnxruntime at 1 thread, 1.07 -> 0.87x at 2
+# (experiments/bench_turns.md; tune had picked the same tiles, tuned 0.77x the untuned time).
+# Larger planes keep 6x16: alone 4x16 ran 0.82-0.90x on 8x8 to 28x28 maps, but in the model,
+# its weights streamed from L3 once per pixel tile, 1.02-1.07x on 16x16 and 8x8 (1.07x alone @56)
 ALIGNED_MIN_PIXELS = 8
 # a plane tile of this many pixels or more that rows hold whole goes before one of fewer weight
 # passes that crosses them (`blocked_tile`): 8x32 against 14x32 on 3x3 convs, 1 thread, CPU
@@ -148,11 +160,15 @@ def _geometry(wl: Workload):
 
 
 def blocked_tile(pixels: int, shape: tuple, ow: int | None = None) -> str:
-    """The untuned blocked tile for a plane of `pixels` output pixels in rows of `ow`: of the
+    """The untuned blocked tile for a plane of `pixels` output pixels in rows of `ow`: the vector
+    shape's small-plane tile where the plane is that small (`BLOCKED_SMALL`), else of the
     vector shape's plane tiles (`BLOCKED_PLANE_TILES`, else its one `BLOCKED_TILE`), the one of
     fewest pixel tiles (weight passes), then of fewest pixels computed; ties to the first listed.
     Where rows hold whole tiles of at least `ALIGNED_MIN_PIXELS`, those go first: a tile crossing
     rows at varying columns computes each pixel's window offset (`pixel_run`, `ALIGNED_MIN_PIXELS`)."""
+    small = BLOCKED_SMALL.get(shape)
+    if small is not None and pixels <= small[0]:
+        return small[1]
     tiles = BLOCKED_PLANE_TILES.get(shape)
     if not tiles:
         return pick_tiles(BLOCKED_TILE, *shape)
@@ -162,6 +178,12 @@ def blocked_tile(pixels: int, shape: tuple, ow: int | None = None) -> str:
         aligned = ow is not None and mr >= ALIGNED_MIN_PIXELS and ow % mr == 0
         return not aligned, n, n * mr
     return min(tiles, key=cost)
+
+
+def _blocked_by_plane(shape: tuple) -> bool:
+    """The untuned blocked tile of this vector shape follows the plane (`blocked_tile`): then
+    planes of fewer than 16 pixels take the blocked kernel rather than vectors along the channels."""
+    return shape in BLOCKED_PLANE_TILES or shape in BLOCKED_SMALL
 
 
 def _epilogue(wl: Workload) -> Epilogue | None:
@@ -289,13 +311,13 @@ class Conv2dTemplate(Template):
         shape = vector_shape(target)
         blocked = not one and cg >= 16
         if one and (geo["SH"], geo["SW"]) != (1, 1) and P <= 16 and cg >= 64 and DEFAULT_VECTOR_IR \
-                and shape in BLOCKED_PLANE_TILES:
+                and _blocked_by_plane(shape):
             # a strided 1x1 onto a plane of at most 16 pixels (ResNet-18's 1x1/2 downsamples @4x4
             # and @2x2 at 64x64): the blocked kernel (its pad is the subsample), 1.6-1.7x faster than
             # the direct vec=px 14x32 and 2.0-2.6x than vec=oc 4x16 there, 1.0-1.15x onnxruntime
             # (Emerald Rapids, 2026-12-06); on 8x8 planes the direct GEMM stays 1.8x faster
             blocked = True
-        if P < 16 and not (blocked and DEFAULT_VECTOR_IR and shape in BLOCKED_PLANE_TILES):
+        if P < 16 and not (blocked and DEFAULT_VECTOR_IR and _blocked_by_plane(shape)):
             # a few pixels (squeeze-excite convs, 1x1 maps): vectors along the channels
             return self.space(wl).validate({**base, "algo": "direct", "vec": "oc", "regtile": "4x16", "PB": 1})
         px_tiles = pick_tiles(PX_TILES, *shape)

@@ -50,6 +50,33 @@ def test_wrong_result_is_recorded_not_ranked(mlp_workload, monkeypatch):
     assert "wrong" in reply and "max abs error" in reply["wrong"]
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_runner_times_the_kernel_as_a_model_program_calls_it(mlp_workload, monkeypatch, threads):
+    """The check runs the bound kernel as `bk(arrays, out)`; the timed calls run its launch
+    planned once on the timing buffers (`jobs._as_deployed`), as a model's program does, not
+    filled again (and, split, its native argument blocks packed again) on every call."""
+    from codegen import compile_kernel
+    from codegen.kernel import BoundKernel
+    from tuner.measure import jobs
+    wl = mlp_workload
+    dense = get_template("dense")
+    calls, plans = [], []
+    real_call, real_plan = BoundKernel.__call__, BoundKernel.plan
+    monkeypatch.setattr(BoundKernel, "__call__", lambda self, *a, **k: calls.append(a) or real_call(self, *a, **k))
+    monkeypatch.setattr(BoundKernel, "plan", lambda self, *a, **k: plans.append(a) or real_plan(self, *a, **k))
+    from ir import settings
+    before = settings.current()
+    try:
+        reply = jobs.run_job({"kernel": compile_kernel(dense, wl, dense.default_config(wl)), "repeat": 3,
+                              "min_repeat_ms": 1, "settings": before.with_(threads=threads).to_json()})
+    finally:
+        settings.use(before)
+    assert "wrong" not in reply and len(reply["latencies"]) == 3 and reply["number"] >= 1
+    assert len(calls) == len(jobs._expected(wl)[0])   # one per check input set; none timed
+    planned = [a for a in plans if a and a[1] is not None]
+    assert len(planned) == 1                          # the timing buffers, planned once
+
+
 def test_compile_error_is_a_result(mlp_workload):
     builder = LocalBuilder(n_workers=1, timeout=60)
     try:

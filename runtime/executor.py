@@ -555,6 +555,10 @@ class CompiledModel:
             return step.out_shape, step.out_dtype
         if step.kind == CONTROL_FLOW:  # a loop's outputs may change shape from call to call
             return None
+        return self._declared_type(name, sizes)
+
+    def _declared_type(self, name: str, sizes: dict):
+        """(shape, dtype name) the graph declares for a value at these dim sizes, or None."""
         try:
             t = self.graph.type_of(name)
             return tuple(int(d) for d in bind(t.shape, sizes)), np.dtype(t.dtype).name
@@ -657,13 +661,10 @@ class CompiledModel:
         staged = []
         for name in self.graph.inputs:
             slot = self._slot.get(name)
-            if slot not in read or slot in prog.static:
+            declared = self._declared_type(name, prog.sizes) if slot in read and slot not in prog.static else None
+            if declared is None:   # not read by a kernel, or no known type: read from the caller's array
                 continue
-            try:
-                t = self.graph.type_of(name)
-                shape, dtype = tuple(int(d) for d in bind(t.shape, prog.sizes)), np.dtype(t.dtype)
-            except Exception:   # an unknown type or dtype: read from the caller's array per call
-                continue
+            shape, dtype = declared[0], np.dtype(declared[1])
             if int(np.prod(shape)) * dtype.itemsize <= STAGE_MAX_BYTES:
                 staged.append((slot, self.backend.empty(shape, dtype)))
         return staged

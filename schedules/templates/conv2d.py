@@ -331,6 +331,8 @@ class Conv2dTemplate(Template):
             # convs 1.1-1.45x faster than im2col's panels (AVX-512 8x32; AVX2's 4x16, LLVM's
             # haswell code on the same Xeon: 1.14-1.38x, 2026-12-02, experiments/bench_conv.md)
             deep = px_code != "slp" and shape in PX_DEEP_TILE and cg >= 64 and oc >= 64 and P <= 256
+            plane_tile = PX_DEEP_TILE[shape] if deep else \
+                PX_PLANE_TILE.get(shape, px_tiles[0]) if px_code != "slp" else px_tiles[0]
             if (geo["SH"], geo["SW"]) != (1, 1) and P < 2 * _tile_dims(px_tiles[0])[1] and not deep:
                 # a strided plane of less than two pixel tiles (ResNet-18's 1x1/2 @14: 49 pixels, 64
                 # computed): pixels x channels tiles over im2col's panel (its packing is the subsample
@@ -339,9 +341,7 @@ class Conv2dTemplate(Template):
                 return self.space(wl).validate({**base, "algo": "im2col", "vec": "oc", "regtile": px_tiles[0],
                                                 "order": "oc_px", "OCB": 1, "PB": 8})
             return self.space(wl, target).validate({**base, "algo": "direct", "vec": "px", "order": "px_oc", "OCB": 4,
-                                                    "regtile": PX_DEEP_TILE[shape] if deep else
-                                                    PX_PLANE_TILE.get(shape, px_tiles[0]) if px_code != "slp" else px_tiles[0],
-                                                    "tile_code": px_code})
+                                                    "regtile": plane_tile, "tile_code": px_code})
         if blocked:
             # many input channels: 8-channel blocks, 12 (AVX2) or 28 (AVX-512) accumulators along the output channels;
             # pixel tiles cross rows, so tiny maps (7x7, 14x14) fill them too. The vector-IR tile

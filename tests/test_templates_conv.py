@@ -454,7 +454,7 @@ AVX512 = {"vector_bits": 512, "vector_registers": 32}
     (conv_wl(1, 24, 56, 56, 144, k=1, p=0), "4x24", "8x32"),                # 1x1: GEMM over the plane
     (conv_wl(1, 64, 56, 56, 128, k=1, s=2, p=0), "4x24", "8x32"),           # 1x1 strided: GEMM over the subsampled plane
     (conv_wl(1, 256, 14, 14, 512, k=1, s=2, p=0), "6x16", "14x32"),         # 7x7 output: AVX2 im2col, AVX-512 the deep GEMM
-    (conv_wl(1, 576, 7, 7, 160, k=1, p=0), "6x16", "14x32"),               # 7x7 map: AVX2 im2col, AVX-512 in place (deep)
+    (conv_wl(1, 576, 7, 7, 160, k=1, p=0), "6x16", "14x32"),               # 7x7 map: AVX2 blocked, AVX-512 in place (deep)
     (conv_wl(1, 3, 224, 224, 64, k=7, s=2, p=3), "4x16", "8x32"),           # stem: direct
     (conv_wl(1, 3, 64, 64, 192, k=16, s=16, p=0), "6x16", "8x32"),          # ViT patches: im2col, vector IR
 ], ids=["3x3", "3x3s2", "1x1", "1x1s2", "1x1s2@7", "1x1@7", "stem", "patch16"])
@@ -468,13 +468,39 @@ def test_default_tiles_follow_the_vector_shape(wl, avx2, avx512):
         cfg = CONV.default_config(wl, target)
         assert cfg["regtile"] == tile and CONV.space(wl, target).validate(cfg) == cfg
         if wl.inputs[1]["shape"][2] == 1 and wl.output_shape[2] == 7:   # 1x1 convs of 7x7 outputs
-            assert (cfg["algo"], cfg["vec"]) == (("im2col", "px") if target is AVX2 else ("direct", "px"))
+            strided = wl.inputs[0]["shape"][2] != 7
+            assert (cfg["algo"], cfg["vec"]) == (("direct", "px") if target is AVX512 else
+                                                 ("im2col", "px") if strided else ("blocked", "oc"))
         if cfg["algo"] == "blocked" or (cfg["algo"], cfg["vec"]) == ("direct", "px"):
             assert cfg["tile_code"] == f"vec{target['vector_bits'] // 32}"
         if wl.output_shape[2] * wl.output_shape[3] < 32:   # AVX-512: fewer pixels than its px tile computes;
             assert cfg["vec"] == "oc"                         # AVX2: the one such case is a patch embedding
     wide = {"12x32", "14x32", "4x64"}
     assert not wide & set(next(k for k in CONV.space(wl, AVX2).knobs if k.name == "regtile").options)
+
+
+@pytest.mark.parametrize("cin, h, cout, algo", [
+    (576, 7, 160, "blocked"),   # MobileNetV2's 7x7 maps, deep: the blocked kernel
+    (160, 10, 64, "blocked"),
+    (136, 5, 40, "blocked"),    # odd plane and channels: a partial OC tile, 25 pixels in tiles of 6
+    (128, 7, 512, "direct"),    # up to 128 channels: the plane GEMM (4x24)
+    (20, 6, 44, "direct"),
+    (16, 4, 64, "direct"),      # 16 pixels: the plane GEMM's smallest plane
+    (64, 12, 96, "direct"),     # 144 pixels: the plane GEMM, as before
+])
+def test_avx2_small_plane_1x1_by_reduction_depth(cin, h, cout, algo):
+    """AVX2's stride-1 1x1 convs on planes of 16 to 127 pixels: more than 128 input channels run
+    the blocked kernel (vector-IR 6x16), fewer the vector-IR plane GEMM (4x24), not im2col's SLP
+    panels (`SMALL_PLANE_1X1_DEEP`); strided ones keep im2col; the defaults compute what NumPy does."""
+    wl = conv_wl(1, cin, h, h, cout, k=1, p=0, epi=("relu",))
+    cfg = CONV.default_config(wl, AVX2)
+    assert (cfg["algo"], cfg["regtile"], cfg["tile_code"]) == (algo, "6x16" if algo == "blocked" else "4x24", "vec8")
+    assert CONV.space(wl, AVX2).validate(cfg) == cfg
+    if cin < 200:
+        check(CONV, wl, cfg)
+    strided = conv_wl(1, cin, 2 * h, 2 * h, cout, k=1, s=2, p=0)
+    if h * h < 128:
+        assert CONV.default_config(strided, AVX2)["algo"] == "im2col"
 
 
 @pytest.mark.parametrize("h, s, avx512", [

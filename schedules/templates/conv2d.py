@@ -145,6 +145,16 @@ GEMM_1X1_PIXELS = 128     # 1x1 convs on planes of at least this many pixels rea
 # per vector shape: AVX-512's 8x32 tile reads 7x7 maps in place 1.2-1.6x faster than im2col's
 # (MobileNetV2's 576->160, 960->320, 320->1280 @7, Zen 5, 2026-12-02): every plane of >= 16 pixels
 GEMM_1X1_PIXELS_BY_SHAPE = {(8, 16): GEMM_1X1_PIXELS, (16, 32): 16}
+SMALL_PLANE_1X1_DEEP = {(8, 16): 128}
+# per vector shape whose plane GEMM stops at GEMM_1X1_PIXELS (AVX2): stride-1 1x1 convs on planes of
+# 16 to GEMM_1X1_PIXELS pixels with more input channels than this take the blocked kernel (the
+# vector-IR 6x16 tile, one weight panel over the whole plane a work item), the others the vector-IR
+# plane GEMM (`PX_PLANE_TILE`), neither im2col's SLP panels any more. Alone, 1 thread, CPU time,
+# against im2col (AMD EPYC Zen 3, 2026-12-07): MobileNetV2 at 224's 7x7 convs 576->160 0.72 ->
+# 1.00x onnxruntime, 960->320 0.74 -> 0.96x, 320->1280 0.76 -> 0.89x, 160->960 0.82 -> 0.83x;
+# 128->512 @7 0.67 -> 0.89x (plane GEMM; blocked 0.83x); 160->64 @10 1.02 -> 1.35x (blocked;
+# plane GEMM 1.16x); shallow ones 1.2-2x faster as plane GEMMs (64->240 @8, 96->576 @6, 24->72 @9,
+# 40->120 @5, 16->64 @4), where blocked ran 0.8-0.9x im2col's speed; 256->256 @8 even
 THREAD_WAKE_FLOPS = 2e5   # below this, a conv runs single-threaded by default (the pool's
                           # threads spin between a call's kernels, so a handoff costs a few us, not
                           # a ~20 us wake-up); 2e6 left MobileNetV2's depthwise convs on one thread,
@@ -310,6 +320,11 @@ class Conv2dTemplate(Template):
         cg = int(wl.inputs[1]["shape"][1])
         shape = vector_shape(target)
         blocked = not one and cg >= 16
+        deep_cg = SMALL_PLANE_1X1_DEEP.get(shape)
+        small_1x1 = one and (geo["SH"], geo["SW"]) == (1, 1) and deep_cg is not None and DEFAULT_VECTOR_IR \
+            and 16 <= P < pick_tiles(GEMM_1X1_PIXELS_BY_SHAPE, *shape)
+        if small_1x1 and cg > deep_cg:
+            blocked = True   # a deep reduction over a small plane (`SMALL_PLANE_1X1_DEEP`)
         if one and (geo["SH"], geo["SW"]) != (1, 1) and P <= 16 and cg >= 64 and DEFAULT_VECTOR_IR \
                 and _blocked_by_plane(shape):
             # a strided 1x1 onto a plane of at most 16 pixels (ResNet-18's 1x1/2 downsamples @4x4
@@ -323,7 +338,7 @@ class Conv2dTemplate(Template):
         px_tiles = pick_tiles(PX_TILES, *shape)
         px_code = tile_codes(target)[1] if DEFAULT_VECTOR_IR else "slp"
         if not blocked and _single_pixel_windows(geo, wl.inputs[0]["shape"][2:], (oh, ow)) and \
-                (oc <= 32 or P >= pick_tiles(GEMM_1X1_PIXELS_BY_SHAPE, *shape)):
+                (oc <= 32 or small_1x1 or P >= pick_tiles(GEMM_1X1_PIXELS_BY_SHAPE, *shape)):
             # the plane read in place as a GEMM's panel (no packing), full tiles stored from
             # registers; 4 x 16 (8 accumulators: 6x16 and 4x24 spill in the unrolled k loop,
             # measured); 4 pixel tiles x 4 channel tiles a work item, pixels outside. Strided:

@@ -503,6 +503,23 @@ def test_avx2_small_plane_1x1_by_reduction_depth(cin, h, cout, algo):
         assert CONV.default_config(strided, AVX2)["algo"] == "im2col"
 
 
+@pytest.mark.parametrize("cin, cout, h, squeeze", [
+    (960, 240, 1, True), (72, 24, 1, True), (100, 36, 3, True),   # squeezes, a 3x3 map: 9 pixels
+    (240, 960, 1, False), (24, 72, 1, False),                      # excites keep the direct kernel
+])
+def test_avx2_squeeze_1x1_defaults_to_im2col_vector_ir(cin, cout, h, squeeze):
+    """AVX2's 1x1 convs on planes of under 16 pixels that reduce more channels than they output
+    run im2col's vector-IR tile along the channels (`SQUEEZE_IM2COL`), the others the direct
+    SLP kernel as before; both compute what NumPy does."""
+    wl = conv_wl(1, cin, h, h, cout, k=1, p=0, epi=("relu",))
+    cfg = CONV.default_config(wl, AVX2)
+    want = ("im2col", "oc", "4x16", "vec8") if squeeze else ("direct", "oc", "4x16", "slp")
+    assert (cfg["algo"], cfg["vec"], cfg["regtile"], cfg["tile_code"]) == want
+    assert CONV.space(wl, AVX2).validate(cfg) == cfg
+    assert CONV.default_config(wl, AVX512)["algo"] != "im2col"
+    check(CONV, wl, cfg)
+
+
 @pytest.mark.parametrize("h, s, avx512", [
     (2, 1, "4x64"),     # ResNet-18's layer 4 at a 64x64 image: 4 pixels, one tile of 4 (14x32 computes 14)
     (4, 2, "4x64"),     # the strided conv into that 2x2 map

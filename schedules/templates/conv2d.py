@@ -155,6 +155,12 @@ SMALL_PLANE_1X1_DEEP = {(8, 16): 128}
 # 128->512 @7 0.67 -> 0.89x (plane GEMM; blocked 0.83x); 160->64 @10 1.02 -> 1.35x (blocked;
 # plane GEMM 1.16x); shallow ones 1.2-2x faster as plane GEMMs (64->240 @8, 96->576 @6, 24->72 @9,
 # 40->120 @5, 16->64 @4), where blocked ran 0.8-0.9x im2col's speed; 256->256 @8 even
+SQUEEZE_IM2COL = ((8, 16),)
+# vector shapes whose 1x1 convs on planes of under 16 pixels that reduce more input channels than
+# they output (squeeze-excite's squeeze, on a 1x1 map) take im2col's vector-IR tile along the
+# channels (4x16) instead of the direct SLP one: alone, 1 thread, CPU time (AMD EPYC Zen 3,
+# 2026-12-07): 960->240 51 -> 31 us (onnxruntime 34), 672->168 27 -> 17, 480->120 14 -> 9.5,
+# 72->24 4.6 -> 3.4; the excites (24->72, 120->480, 240->960) ran 0.9-1.1x as fast either way
 THREAD_WAKE_FLOPS = 2e5   # below this, a conv runs single-threaded by default (the pool's
                           # threads spin between a call's kernels, so a handoff costs a few us, not
                           # a ~20 us wake-up); 2e6 left MobileNetV2's depthwise convs on one thread,
@@ -334,6 +340,9 @@ class Conv2dTemplate(Template):
             blocked = True
         if P < 16 and not (blocked and DEFAULT_VECTOR_IR and _blocked_by_plane(shape)):
             # a few pixels (squeeze-excite convs, 1x1 maps): vectors along the channels
+            if one and cg > oc and shape in SQUEEZE_IM2COL and DEFAULT_VECTOR_IR:
+                return self.space(wl, target).validate({**base, "algo": "im2col", "vec": "oc", "regtile": "4x16",
+                                                        "PB": 1, "tile_code": tile_codes(target)[1]})
             return self.space(wl).validate({**base, "algo": "direct", "vec": "oc", "regtile": "4x16", "PB": 1})
         px_tiles = pick_tiles(PX_TILES, *shape)
         px_code = tile_codes(target)[1] if DEFAULT_VECTOR_IR else "slp"

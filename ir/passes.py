@@ -11,7 +11,7 @@ from ir.graph import Graph, Node, TensorType
 from ir.ops import OPS, VALUE_FNS, get_op, take_constraints
 from ir.lowering import lower
 from ir.ops.registry import runtime_dim
-from ir.patterns import fuse_gelu
+from ir.patterns import fuse_gelu, fuse_swish
 from ir.shapes import dims_equal, format_shape, is_runtime_dim
 from ir.ops.quant import fuse_fake_quant
 from ir.precision import compute_in_float32
@@ -434,7 +434,7 @@ def decompose_gemm(g: Graph) -> Graph:
     return infer_shapes(g)
 
 
-DEFAULT_PIPELINE = (compute_in_float32, infer_shapes, lower, remove_identities, decompose_gemm, fold_constants, fuse_gelu,
+DEFAULT_PIPELINE = (compute_in_float32, infer_shapes, lower, remove_identities, decompose_gemm, fold_constants, fuse_gelu, fuse_swish,
                     fuse_fake_quant, infer_shapes,
                     fold_batchnorm, resolve_reshape_targets, fold_constants, cancel_transposes, fold_constants,
                     eliminate_dead_code, infer_shapes)

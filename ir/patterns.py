@@ -2,7 +2,8 @@
 
 PyTorch exports GELU as `x * 0.5 * (1 + erf(x / sqrt(2)))`: five nodes that read
 `x` twice, so the partitioner could not fuse them into the preceding MatMul's
-epilogue. Rewritten to one elementwise `Gelu` node, they fuse.
+epilogue. Rewritten to one elementwise `Gelu` node, they fuse. The same for SiLU, exported as
+`x * Sigmoid(x)` (YOLO's and EfficientNet's activation): one `Swish` node.
 """
 from __future__ import annotations
 
@@ -60,6 +61,28 @@ def fuse_gelu(g: Graph) -> Graph:
             continue
         replace[m2.name] = Node("Gelu", (x,), m2.outputs, {}, m2.name)
         dead |= {scaled.name, erf.name, add.name, m1.name}
+    if not replace:
+        return g
+    g = g.copy()
+    g.nodes = [replace.get(n.name, n) for n in g.nodes if n.name not in dead]
+    return g
+
+
+def fuse_swish(g: Graph) -> Graph:
+    """Mul(x, Sigmoid(x)) (either order), the Sigmoid read by that Mul only ⇒ Swish(x) (alpha 1)."""
+    prod, cons = g.producers(), g.consumers()
+    replace: dict[str, Node] = {}
+    dead: set[str] = set()
+    for mul in g.nodes:
+        if mul.op != "Mul" or len(mul.inputs) != 2:
+            continue
+        for s, x in (mul.inputs, mul.inputs[::-1]):
+            sig = prod.get(s)
+            if sig is not None and sig.op == "Sigmoid" and sig.inputs[0] == x and len(cons.get(s, [])) == 1 \
+                    and s not in g.outputs and sig.name not in dead:
+                replace[mul.name] = Node("Swish", (x,), mul.outputs, {"alpha": 1.0}, mul.name)
+                dead.add(sig.name)
+                break
     if not replace:
         return g
     g = g.copy()

@@ -1,4 +1,5 @@
-"""The GELU rewrite: PyTorch's erf form becomes one Gelu node that fuses into the dense epilogue."""
+"""The GELU and SiLU rewrites: PyTorch's erf form becomes one Gelu node, x * Sigmoid(x) one Swish node,
+and each fuses into the epilogue of the MatMul or Conv before it."""
 from __future__ import annotations
 
 import math
@@ -8,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ir import import_onnx, partition, simplify
-from ir.patterns import fuse_gelu
+from ir.patterns import fuse_gelu, fuse_swish
 from ir.reference import run_reference
 
 
@@ -52,3 +53,41 @@ def test_wrong_constant_is_left_alone():
             init.CopyFrom(numpy_helper.from_array(np.float32(0.25), "half"))
     g = fuse_gelu(import_onnx(m))
     assert "Gelu" not in [n.op for n in g.nodes]
+
+
+def silu_model(order: str, extra_reader: bool = False):
+    """Conv -> Sigmoid -> Mul(conv, sigmoid) (or Mul(sigmoid, conv)), as torch exports nn.SiLU."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["h"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["h"], ["s"]),
+             helper.make_node("Mul", ["h", "s"] if order == "xs" else ["s", "h"], ["y"])]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 9, 11])]
+    if extra_reader:   # the Sigmoid's value is read again: it must stay
+        nodes.append(helper.make_node("Neg", ["s"], ["z"]))
+        outs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 8, 9, 11]))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 9, 11])],
+                          outs, [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("order", ["xs", "sx"])
+def test_silu_becomes_swish_and_fuses_into_the_conv(order):
+    import runtime
+    raw = import_onnx(silu_model(order))
+    g = simplify(raw)
+    assert [n.op for n in g.nodes] == ["Conv", "Swish"]
+    [sg] = partition(g)
+    assert sg.ops == ["Conv", "Swish"]
+    x = np.random.default_rng(1).standard_normal((1, 4, 9, 11)).astype(np.float32) * 4
+    want = run_reference(raw, {"x": x})["y"]
+    np.testing.assert_allclose(run_reference(g, {"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+    m = runtime.load(silu_model(order))
+    np.testing.assert_allclose(m.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+    assert [st.name for st in m.prepare({"x": x}).steps] == ["Conv + Swish"]
+
+
+def test_sigmoid_read_elsewhere_is_left_alone():
+    g = fuse_swish(import_onnx(silu_model("xs", extra_reader=True)))
+    assert "Swish" not in [n.op for n in g.nodes] and "Sigmoid" in [n.op for n in g.nodes]

@@ -8,10 +8,10 @@ import sympy
 from ir.dtypes import check_runnable
 from ir.errors import DataDependentShapeError, ModelError, ShapeError, TensortuneError, UnsupportedOpError
 from ir.graph import Graph, Node, TensorType
-from ir.ops import OPS, VALUE_FNS, get_op, take_constraints
+from ir.ops import ELEMWISE, OPS, VALUE_FNS, get_op, take_constraints
 from ir.lowering import lower
 from ir.ops.registry import runtime_dim
-from ir.patterns import fuse_gelu, fuse_swish
+from ir.patterns import fuse_gelu, fuse_gelu_tanh, fuse_swish
 from ir.shapes import dims_equal, format_shape, is_runtime_dim
 from ir.ops.quant import fuse_fake_quant
 from ir.precision import compute_in_float32
@@ -395,6 +395,36 @@ def cancel_transposes(g: Graph) -> Graph:
     return remove_identities(infer_shapes(g))
 
 
+def sink_reshapes(g: Graph) -> Graph:
+    """Reshape -> a one-input elementwise op read by nothing else ⇒ the op, then the Reshape (they
+    commute): the op then fuses into the epilogue of what made the Reshape's input. GPT-2 as torch
+    exports it runs Gemm -> Reshape -> Gelu -> Reshape -> Gemm: the Gelu was a step of its own,
+    a pass over the MLP's widest tensor."""
+    cons, outputs = g.consumers(), set(g.outputs)
+    moved: dict[str, Node] = {}   # Reshape's name -> the op it feeds
+    for n in g.nodes:
+        users = cons.get(n.outputs[0], []) if n.op == "Reshape" and n.outputs[0] not in outputs else []
+        d = OPS.get(users[0].op) if len(users) == 1 else None
+        if d is not None and d.kind == ELEMWISE and len(users[0].inputs) == 1 and len(users[0].outputs) == 1:
+            moved[n.name] = users[0]
+    if not moved:
+        return g
+    g = g.copy()
+    later = {e.name: r for r, e in ((r, e) for r, e in ((n, moved[n.name]) for n in g.nodes if n.name in moved))}
+    nodes = []
+    for n in g.nodes:
+        if n.name in moved:      # the op, where the Reshape was, on the Reshape's input
+            e = moved[n.name]
+            nodes.append(Node(e.op, (n.inputs[0],), (f"{e.outputs[0]}/unshaped",), e.attrs, e.name))
+        elif n.name in later:    # the Reshape, where the op was, of the op's value
+            r = later[n.name]
+            nodes.append(Node("Reshape", (f"{n.outputs[0]}/unshaped",) + tuple(r.inputs[1:]), n.outputs, r.attrs, r.name))
+        else:
+            nodes.append(n)
+    g.nodes = nodes
+    return infer_shapes(g)
+
+
 def decompose_gemm(g: Graph) -> Graph:
     """Gemm -> [Transpose] MatMul [Mul alpha] [Add beta*C]: the dense template covers MatMul + epilogue.
 
@@ -434,7 +464,7 @@ def decompose_gemm(g: Graph) -> Graph:
     return infer_shapes(g)
 
 
-DEFAULT_PIPELINE = (compute_in_float32, infer_shapes, lower, remove_identities, decompose_gemm, fold_constants, fuse_gelu, fuse_swish,
+DEFAULT_PIPELINE = (compute_in_float32, infer_shapes, lower, remove_identities, decompose_gemm, fold_constants, fuse_gelu, fuse_gelu_tanh, fuse_swish, sink_reshapes,
                     fuse_fake_quant, infer_shapes,
                     fold_batchnorm, resolve_reshape_targets, fold_constants, cancel_transposes, fold_constants,
                     eliminate_dead_code, infer_shapes)

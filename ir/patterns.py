@@ -2,8 +2,9 @@
 
 PyTorch exports GELU as `x * 0.5 * (1 + erf(x / sqrt(2)))`: five nodes that read
 `x` twice, so the partitioner could not fuse them into the preceding MatMul's
-epilogue. Rewritten to one elementwise `Gelu` node, they fuse. The same for SiLU, exported as
-`x * Sigmoid(x)` (YOLO's and EfficientNet's activation): one `Swish` node.
+epilogue. Rewritten to one elementwise `Gelu` node, they fuse. The same for GELU's tanh form
+(GPT-2's `gelu_new`, eight nodes with a Pow) and for SiLU, exported as `x * Sigmoid(x)` (YOLO's and
+EfficientNet's activation): one `Swish` node.
 """
 from __future__ import annotations
 
@@ -61,6 +62,65 @@ def fuse_gelu(g: Graph) -> Graph:
             continue
         replace[m2.name] = Node("Gelu", (x,), m2.outputs, {}, m2.name)
         dead |= {scaled.name, erf.name, add.name, m1.name}
+    if not replace:
+        return g
+    g = g.copy()
+    g.nodes = [replace.get(n.name, n) for n in g.nodes if n.name not in dead]
+    return g
+
+
+def _scaled(g: Graph, n: Node | None, op: str, want: float) -> str | None:
+    """The other input of `n` when it is `op` (Mul/Add) of a value and a scalar constant close to `want`."""
+    if n is None or n.op != op or len(n.inputs) != 2:
+        return None
+    for v, c in (n.inputs, n.inputs[::-1]):
+        if _close(_scalar(g, c), want):
+            return v
+    return None
+
+
+def fuse_gelu_tanh(g: Graph) -> Graph:
+    """0.5 x (1 + tanh(√(2/π) (x + 0.044715 Pow(x, 3)))) ⇒ Gelu(x, approximate="tanh"), the product
+    as x * 0.5 * (1 + tanh) or (x * (1 + tanh)) * 0.5, operands in either order. Every node of the
+    chain but x must be read by the next one only."""
+    prod, cons = g.producers(), g.consumers()
+    one = lambda v: (cons.get(v) or [None])[0] if len(cons.get(v, [])) == 1 and v not in g.outputs else None  # noqa: E731
+    replace: dict[str, Node] = {}
+    dead: set[str] = set()
+    for tanh in g.nodes:
+        if tanh.op != "Tanh":
+            continue
+        scale = prod.get(tanh.inputs[0])
+        a = _scaled(g, scale, "Mul", math.sqrt(2 / math.pi))
+        add = prod.get(a) if a is not None and one(a) is scale and one(scale.outputs[0]) is tanh else None
+        if add is None or add.op != "Add" or len(add.inputs) != 2:
+            continue
+        for x, q in (add.inputs, add.inputs[::-1]):
+            cube = prod.get(_scaled(g, prod.get(q), "Mul", 0.044715) or "")
+            if cube is not None and cube.op == "Pow" and cube.inputs[0] == x and _close(_scalar(g, cube.inputs[1]), 3.0) \
+                    and one(q) is add and one(cube.outputs[0]) is prod.get(q):
+                break
+        else:
+            continue
+        plus = one(tanh.outputs[0])
+        if plus is None or _scaled(g, plus, "Add", 1.0) != tanh.outputs[0]:
+            continue
+        last = one(plus.outputs[0])
+        if last is None or last.op != "Mul":
+            continue
+        other = _other(last, plus.outputs[0])
+        half = prod.get(other or "")
+        chain = {scale.name, add.name, prod[q].name, cube.name, tanh.name, plus.name}
+        if _scaled(g, half, "Mul", 0.5) == x and one(other) is last:          # (x * 0.5) * (1 + tanh)
+            end, chain = last, chain | {half.name}
+        elif other == x and _scaled(g, one(last.outputs[0]), "Mul", 0.5) == last.outputs[0]:   # (x * (1 + tanh)) * 0.5
+            end, chain = one(last.outputs[0]), chain | {last.name}
+        else:
+            continue
+        if chain & dead or end.name in replace:
+            continue
+        replace[end.name] = Node("Gelu", (x,), end.outputs, {"approximate": "tanh"}, end.name)
+        dead |= chain
     if not replace:
         return g
     g = g.copy()

@@ -91,3 +91,52 @@ def test_silu_becomes_swish_and_fuses_into_the_conv(order):
 def test_sigmoid_read_elsewhere_is_left_alone():
     g = fuse_swish(import_onnx(silu_model("xs", extra_reader=True)))
     assert "Swish" not in [n.op for n in g.nodes] and "Sigmoid" in [n.op for n in g.nodes]
+
+
+def tanh_gelu_model(order: str):
+    """MatMul -> Reshape -> GELU's tanh form as torch exports GPT-2's `gelu_new`:
+    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the product in two orders."""
+    rng = np.random.default_rng(0)
+    consts = {"w": rng.standard_normal((16, 24)).astype(np.float32) * 0.5, "shape": np.array([1, -1, 24], np.int64),
+              "half": np.float32(0.5), "three": np.float32(3.0), "c": np.float32(0.044715),
+              "k": np.float32(math.sqrt(2 / math.pi)), "one": np.float32(1.0)}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h0"]), helper.make_node("Reshape", ["h0", "shape"], ["h"]),
+             helper.make_node("Pow", ["h", "three"], ["p"]), helper.make_node("Mul", ["c", "p"], ["q"]),
+             helper.make_node("Add", ["h", "q"], ["a"]), helper.make_node("Mul", ["a", "k"], ["s"]),
+             helper.make_node("Tanh", ["s"], ["t"]), helper.make_node("Add", ["one", "t"], ["u"])]
+    if order == "half_first":   # (x * 0.5) * (1 + tanh), as GPT-2's export
+        nodes += [helper.make_node("Mul", ["h", "half"], ["hh"]), helper.make_node("Mul", ["hh", "u"], ["y"])]
+    else:                       # (x * (1 + tanh)) * 0.5
+        nodes += [helper.make_node("Mul", ["u", "h"], ["m"]), helper.make_node("Mul", ["half", "m"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "n", 24])],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("order", ["half_first", "half_last"])
+def test_tanh_gelu_becomes_one_node_and_fuses_past_the_reshape(order):
+    import runtime
+    raw = import_onnx(tanh_gelu_model(order))
+    g = simplify(raw)
+    assert [n.op for n in g.nodes] == ["MatMul", "Gelu", "Reshape"]
+    assert g.nodes[1].attrs["approximate"] == "tanh"
+    assert [sg.ops for sg in partition(g)][0] == ["MatMul", "Gelu"]
+    x = np.random.default_rng(1).standard_normal((7, 16)).astype(np.float32) * 2
+    want = run_reference(raw, {"x": x})["y"]
+    np.testing.assert_allclose(run_reference(g, {"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(runtime.load(tanh_gelu_model(order)).run({"x": x})["y"], want, rtol=1e-4, atol=1e-5)
+
+
+def test_reshape_stays_where_its_value_is_read_twice():
+    rng = np.random.default_rng(0)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h0"]), helper.make_node("Reshape", ["h0", "shape"], ["h"]),
+         helper.make_node("Relu", ["h"], ["y"]), helper.make_node("Neg", ["h"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 5]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3, 5])],
+        [numpy_helper.from_array(rng.standard_normal((4, 5)).astype(np.float32), "w"),
+         numpy_helper.from_array(np.array([1, 3, 5], np.int64), "shape")])
+    s = simplify(import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])))
+    assert [n.op for n in s.nodes].index("Reshape") < [n.op for n in s.nodes].index("Relu")

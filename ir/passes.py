@@ -410,7 +410,7 @@ def sink_reshapes(g: Graph) -> Graph:
     if not moved:
         return g
     g = g.copy()
-    later = {e.name: r for r, e in ((r, e) for r, e in ((n, moved[n.name]) for n in g.nodes if n.name in moved))}
+    later = {moved[n.name].name: n for n in g.nodes if n.name in moved}   # the op's name -> its Reshape
     nodes = []
     for n in g.nodes:
         if n.name in moved:      # the op, where the Reshape was, on the Reshape's input
@@ -464,8 +464,8 @@ def decompose_gemm(g: Graph) -> Graph:
     return infer_shapes(g)
 
 
-DEFAULT_PIPELINE = (compute_in_float32, infer_shapes, lower, remove_identities, decompose_gemm, fold_constants, fuse_gelu, fuse_gelu_tanh, fuse_swish, sink_reshapes,
-                    fuse_fake_quant, infer_shapes,
+DEFAULT_PIPELINE = (compute_in_float32, infer_shapes, lower, remove_identities, decompose_gemm, fold_constants, fuse_gelu,
+                    fuse_gelu_tanh, fuse_swish, sink_reshapes, fuse_fake_quant, infer_shapes,
                     fold_batchnorm, resolve_reshape_targets, fold_constants, cancel_transposes, fold_constants,
                     eliminate_dead_code, infer_shapes)
 

@@ -146,11 +146,13 @@ class Epilogue:
         than with Relu (Zen 4, 2026-12-03)."""
         return tuple(Assign(e.scalar_local, f"{e.param}[0]") for e in self.extras if e.mode == "scalar")
 
-    def emit(self, value: str, i: str, j: str, tmp: str, c: str | None = None) -> tuple[list[tuple[str, str]], str]:
+    def emit(self, value: str, i: str, j: str, tmp: str, c: str | None = None,
+             rows: dict | None = None) -> tuple[list[tuple[str, str]], str]:
         """Assignments (name, expr) computing the epilogue of `value` at (i, j) (channel c for
-        chan extras); returns (assigns, result)."""
+        chan extras); returns (assigns, result). `rows`: extra param -> the row it is read at
+        instead of i (a full extra broadcast over batches, read through a batch table)."""
         from ir.graph import Node
-        loads = {f"i{e.input_index}": e.load(i, j, c) for e in self.extras}
+        loads = {f"i{e.input_index}": e.load((rows or {}).get(e.param, i), j, c) for e in self.extras}
         assigns, cur = [], value
         for k, (op, args) in enumerate(self.steps):
             node = Node(op["op"], tuple(args), ("_",), dict(op["attrs"]))

@@ -96,11 +96,13 @@ def unsigned(index: str) -> str:
 REGISTER_EPILOGUE_FLOPS = 4
 
 
-def register_epilogue(epi, mr: int, nr: int, row: Callable[[int], str], col0: str):
+def register_epilogue(epi, mr: int, nr: int, row: Callable[[int], str], col0: str,
+                      extra_rows: Callable[[int], dict] | None = None):
     """finish(r, c) -> statements applying the fused epilogue `epi` to the accumulator
     c{r}_{c} in place, or None when the epilogue is too long (REGISTER_EPILOGUE_FLOPS) or
     reads a channel-indexed extra. `row(r)`: the output row of tile row r, as the extras
-    index it; `col0`: the tile's first column. Extras are read at unsigned indices, so
+    index it; `extra_rows(r)`: extra param -> its own row of tile row r, where it differs
+    (`Epilogue.emit`); `col0`: the tile's first column. Extras are read at unsigned indices, so
     that those read along N are contiguous loads for SLP."""
     from ir.ops import OPS
     if not epi.steps or sum(OPS[op["op"]].flops_per_elem for op, _ in epi.steps) > REGISTER_EPILOGUE_FLOPS \
@@ -108,7 +110,8 @@ def register_epilogue(epi, mr: int, nr: int, row: Callable[[int], str], col0: st
         return None
 
     def finish(r: int, c: int) -> tuple:
-        assigns, result = epi.emit(f"c{r}_{c}", unsigned(row(r)), unsigned(f"{col0} + {c}"), f"e{r}_{c}")
+        rows = {p: unsigned(x) for p, x in extra_rows(r).items()} if extra_rows else None
+        assigns, result = epi.emit(f"c{r}_{c}", unsigned(row(r)), unsigned(f"{col0} + {c}"), f"e{r}_{c}", rows=rows)
         return tuple(Assign(n, x) for n, x in assigns) + (Assign(f"c{r}_{c}", result),)
     return finish
 

@@ -64,3 +64,26 @@ def test_default_tile_cut_by_m_and_n(code):
     wl = attention(1, 2, 37, 5, 37)
     cfg = BMM.space(wl).validate({**BMM.default_config(wl).to_json(), "tile_code": code, "parallel": False})
     check(BMM, wl, cfg)
+
+
+@pytest.mark.parametrize("mask_shape, table", [
+    ((1, 1, 9, 13), True),    # GPT-2's causal mask [1, 1, S, S] over [b, h] batches: read through a batch table
+    ((9, 13), True),          # fewer dims than the output
+    ((2, 1, 9, 13), True),    # per-example masks over heads
+    ((2, 3, 9, 13), False),   # the output's own shape: read as it is
+    ((1, 1, 1, 13), False),   # one row per batch: a row extra
+])
+@pytest.mark.parametrize("tile, code", [("4x16", "slp"), ("4x16", VEC)])
+def test_mask_broadcast_over_batches_is_read_through_a_table(mask_shape, table, tile, code):
+    """scores = (q @ kT) + mask, the mask's matrices broadcast over the batch dims: each output batch
+    reads its mask matrix through a table (`ie_<param>`); the launch passes the mask as it is (no
+    broadcast copy, so a model's program keeps the step's launch fixed) and the result is NumPy's."""
+    wl = make_wl([("MatMul", ["i0", "i1"], {}), ("Add", ["t0", "i2"], {})],
+                 [((2, 3, 9, 5), "float32", False), ((2, 3, 5, 13), "float32", False), (mask_shape, "float32", False)])
+    cfg = BMM.space(wl).validate({**BMM.default_config(wl).to_json(), "regtile": tile, "tile_code": code})
+    low = BMM.lower(wl, cfg)
+    [call] = low.launch.steps
+    mask_in = next(a for a in call.args if getattr(a, "index", None) == 2)
+    assert mask_in.broadcast is None
+    assert any(name.startswith("ie_") for name in low.launch.tables) == table
+    check(BMM, wl, cfg)

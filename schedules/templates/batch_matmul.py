@@ -46,7 +46,8 @@ def _epilogue(wl: Workload) -> Epilogue | None:
 
 class BatchMatmulTemplate(Template):
     name = "batch_matmul"
-    version = 2   # v2: edge tiles run the register tile (row clamping, a padded B panel), no scalar remainder
+    version = 3   # v2: edge tiles run the register tile (row clamping, a padded B panel), no scalar remainder;
+                  # v3: a full extra broadcast over batches is read through a batch table, not copied per call
 
     def matches(self, wl: Workload) -> bool:
         if not wl.ops or wl.ops[0]["op"] != "MatMul" or wl.ops[0]["in"] != ["i0", "i1"]:
@@ -74,9 +75,10 @@ class BatchMatmulTemplate(Template):
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         epi = _epilogue(wl)
+        bcast = _bcast_params(wl, epi)
         mr, nr = (int(v) for v in cfg["regtile"].split("x"))
         lanes = tile_lanes(cfg.get("tile_code", "slp"), nr)   # configs recorded before the knob: slp, as they ran
-        module = LoopModule((_kernel(mr, nr, epi, lanes),), doc=f"batch_matmul kernel: regtile={mr}x{nr}, "
+        module = LoopModule((_kernel(mr, nr, epi, lanes, bcast),), doc=f"batch_matmul kernel: regtile={mr}x{nr}, "
                             + (f"tile_code={cfg['tile_code']}, " if lanes else "") +
                             f"epilogue {[st[0]['op'] for st in epi.steps]}", meta={"template": f"batch_matmul v{self.version}"})
         a_shape, b_shape = (tuple(int(d) for d in wl.inputs[i]["shape"]) for i in (0, 1))
@@ -87,14 +89,35 @@ class BatchMatmulTemplate(Template):
         nb = _prod(batch)
         # which A and B matrix each output batch reads (NumPy broadcasting of the batch dims)
         tables = {"ia": _batch_index(a_shape[:-2], batch), "ib": _batch_index(b_shape[:-2], batch)}
-        extras = tuple(e.arg(wl, nb * M, N, out_shape) for e in epi.extras)
+        extras = []
+        for e in epi.extras:   # an extra [.., M, N] broadcast over batches (a causal mask) is read
+            shape = tuple(int(d) for d in wl.inputs[e.input_index]["shape"])   # through a table, not copied
+            if e.param in bcast:
+                tables[f"ie_{e.param}"] = _batch_index(((1,) * (len(out_shape) - len(shape)) + shape)[:-2], batch)
+                extras.append(In(e.input_index, (_prod(shape[:-2]) * M, N), "bool" if e.dtype == "bool" else "float32"))
+            else:
+                extras.append(e.arg(wl, nb * M, N, out_shape))
         n_row_tiles = -(-M // mr)
         n_ib = -(-n_row_tiles // cfg["MB"])
         call = Call("bmm", (In(0, (_prod(a_shape[:-2]), M, K), "float32"), In(1, (_prod(b_shape[:-2]), K, N), "float32"),
-                            Table("ia"), Table("ib"), *extras, Out((nb * M, N)),
+                            Table("ia"), Table("ib"), *(Table(f"ie_{p}") for p in bcast), *extras, Out((nb * M, N)),
                             *(Scalar(v) for v in (nb, M, N, K, cfg["MB"]))),
                     items=nb * n_ib, parallel=cfg["parallel"])
         return Lowered(module, Launch((call,), tables=tables))
+
+
+def _batch_broadcast(e, shape: tuple, out_shape: tuple) -> bool:
+    """A full extra whose matrices are the output's [M, N] and whose batch dims broadcast: each
+    output batch reads one of its matrices (table `ie_<param>`), where a pre-broadcast copy per call made
+    its step read the extra through Python (GPT-2's causal mask: `Calls.dynamic`)."""
+    s = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    return e.mode == "full" and len(out_shape) >= 2 and s != tuple(out_shape) and s[-2:] == tuple(out_shape[-2:])
+
+
+def _bcast_params(wl: Workload, epi: Epilogue) -> tuple:
+    out_shape = tuple(int(d) for d in wl.output_shape)
+    return tuple(e.param for e in epi.extras
+                 if _batch_broadcast(e, tuple(int(d) for d in wl.inputs[e.input_index]["shape"]), out_shape))
 
 
 def _prod(dims) -> int:
@@ -110,17 +133,17 @@ def _batch_index(dims: tuple, batch: tuple) -> np.ndarray:
     return np.array(np.broadcast_to(np.arange(_prod(dims)).reshape(dims), batch).reshape(-1), np.int64)
 
 
-def _store(epi: Epilogue, value: str) -> tuple:
-    assigns, result = epi.emit("v", "row", "j", "e")
+def _store(epi: Epilogue, value: str, bcast: tuple = ()) -> tuple:
+    assigns, result = epi.emit("v", "row", "j", "e", rows={p: f"ie_{p}[bt] * M + i" for p in bcast})
     return (Assign("v", value), Assign("row", "bt * M + i")) + tuple(Assign(n, e) for n, e in assigns) \
         + (Assign("out[row, j]", result),)
 
 
-def _edge_store(nr: int, epi: Epilogue) -> tuple:
+def _edge_store(nr: int, epi: Epilogue, bcast: tuple = ()) -> tuple:
     """The body of the loop over r that stores row r of the scratch tile `ct` (a tile cut by
     M or N) where it lies inside `out`, with the epilogue."""
     return (Assign("i", "i0 + r"), If("i < M", (For("c", "0", f"min({nr}, N - j0)", (
-        Assign("j", "j0 + c"),) + _store(epi, "ct[r, c]")),)),)
+        Assign("j", "j0 + c"),) + _store(epi, "ct[r, c]", bcast)),)),)
 
 
 def _pack_edge(nr: int, bt: str) -> tuple:
@@ -134,9 +157,10 @@ def _pack_edge(nr: int, bt: str) -> tuple:
     )),)),)),)
 
 
-def _kernel(mr: int, nr: int, epi: Epilogue, lanes: int | None = None) -> Function:
+def _kernel(mr: int, nr: int, epi: Epilogue, lanes: int | None = None, bcast: tuple = ()) -> Function:
     """`lanes`: the tiles as LLVM vector IR of that width (`codegen.vector_tile`), reading
-    A and B in place by element offsets; None: scalar locals for LLVM's SLP pass.
+    A and B in place by element offsets; None: scalar locals for LLVM's SLP pass. `bcast`: the
+    extras read through a batch table (`_batch_broadcast`).
 
     Every tile, the edges too, runs the register tile (a scalar remainder loop, its K-long
     dependent chain of adds, cost 2-3x the whole vector part at M or N = 197, 1 thread): a
@@ -145,9 +169,10 @@ def _kernel(mr: int, nr: int, epi: Epilogue, lanes: int | None = None) -> Functi
     and what lies inside `out` is stored from there with the epilogue (`_edge_store`)."""
     # the tile goes to out from registers (vector stores); a short epilogue is applied to the
     # accumulators before, a long one (or any, after a vector-IR tile) runs over the stored tile after
-    in_registers = register_epilogue(epi, mr, nr, lambda r: f"bt * M + i0 + {r}", "j0") if lanes is None else None
+    in_registers = register_epilogue(epi, mr, nr, lambda r: f"bt * M + i0 + {r}", "j0",
+                                     lambda r: {p: f"ie_{p}[bt] * M + i0 + {r}" for p in bcast}) if lanes is None else None
     after = (For("r", "0", str(mr), (Assign("i", "i0 + r"), For("q", "0", str(nr), (
-        Assign("j", "j0 + q"),) + _store(epi, "out[bt * M + i, j]")))),) if epi.steps and not in_registers else ()
+        Assign("j", "j0 + q"),) + _store(epi, "out[bt * M + i, j]", bcast)))),) if epi.steps and not in_registers else ()
     full = f"i0 + {mr} <= M and j0 + {nr} <= N"
     if lanes is None:
         def k_loops(body: tuple) -> tuple:
@@ -157,7 +182,7 @@ def _kernel(mr: int, nr: int, epi: Epilogue, lanes: int | None = None) -> Functi
                 If(f"j0 + {nr} <= N", (Assign("Bs", "Bb"), Assign("jb", "j0")), (Assign("Bs", "Bt"), Assign("jb", "0"))),
                 ) + register_tile_in_place(
             mr, nr, lambda r: f"Ab[ar{r}, ku]", lambda q: f"Bs[ku, {unsigned(f'jb + {q}')}]", k_loops,
-            "out", "bt * M + i0", "j0", full=full, edge_store=_edge_store(nr, epi), after=after, epilogue=in_registers,
+            "out", "bt * M + i0", "j0", full=full, edge_store=_edge_store(nr, epi, bcast), after=after, epilogue=in_registers,
             comment=f"{mr}x{nr} register tile (rows x columns), SLP-vectorized along the contiguous B rows")
         scratch = (Alloc("Bt", ("K", str(nr))),)
         pack = _pack_edge(nr, "Bt[")
@@ -169,8 +194,8 @@ def _kernel(mr: int, nr: int, epi: Epilogue, lanes: int | None = None) -> Functi
                    (Assign("dst", "ct"), Assign("c_off", "0"), Assign("c_rs", str(nr)))),
                 vector_tile("A", [f"(ia[bt] * M + min(i0 + {r}, M - 1)) * K" for r in range(mr)], "1", "Bs", "b_off",
                             "b_ks", "K", "dst", "c_off", "c_rs", "False", nr, lanes),
-                If("full", after, (For("r", "0", str(mr), _edge_store(nr, epi)),)) if after
-                else If("not full", (For("r", "0", str(mr), _edge_store(nr, epi)),)))
+                If("full", after, (For("r", "0", str(mr), _edge_store(nr, epi, bcast)),)) if after
+                else If("not full", (For("r", "0", str(mr), _edge_store(nr, epi, bcast)),)))
         scratch = (Alloc("Bt", ("1", "K", str(nr))),)
         pack = _pack_edge(nr, "Bt[0, ")
     body = (
@@ -189,7 +214,8 @@ def _kernel(mr: int, nr: int, epi: Epilogue, lanes: int | None = None) -> Functi
         )),
     )
     params = (Param("A", "float32[:, :, ::1]"), Param("B", "float32[:, :, ::1]"),
-              Param("ia", "int64[::1]"), Param("ib", "int64[::1]")) + tuple(Param(n, t) for n, t in epi.params()) \
+              Param("ia", "int64[::1]"), Param("ib", "int64[::1]")) + tuple(Param(f"ie_{p}", "int64[::1]") for p in bcast) \
+        + tuple(Param(n, t) for n, t in epi.params()) \
         + (Param("out", "float32[:, ::1]"),) + tuple(Param(n, "int64") for n in ("nb", "M", "N", "K", "MB", "t", "T"))
     return Function("bmm", params, epi.prelude() + body)
 

@@ -32,6 +32,15 @@ def _close(v, want) -> bool:
     return v is not None and abs(v - want) < 1e-4 * abs(want)
 
 
+def _rewritten(g: Graph, replace: dict[str, Node], dead: set[str]) -> Graph:
+    """`g` with the nodes named in `replace` swapped for their rewrites and the `dead` ones dropped."""
+    if not replace:
+        return g
+    g = g.copy()
+    g.nodes = [replace.get(n.name, n) for n in g.nodes if n.name not in dead]
+    return g
+
+
 def fuse_gelu(g: Graph) -> Graph:
     """Div(x, √2)|Mul(x, 1/√2) → Erf → Add 1 → (Mul x, Mul 0.5 in either order) ⇒ Gelu(x)."""
     prod, cons = g.producers(), g.consumers()
@@ -62,11 +71,7 @@ def fuse_gelu(g: Graph) -> Graph:
             continue
         replace[m2.name] = Node("Gelu", (x,), m2.outputs, {}, m2.name)
         dead |= {scaled.name, erf.name, add.name, m1.name}
-    if not replace:
-        return g
-    g = g.copy()
-    g.nodes = [replace.get(n.name, n) for n in g.nodes if n.name not in dead]
-    return g
+    return _rewritten(g, replace, dead)
 
 
 def _scaled(g: Graph, n: Node | None, op: str, want: float) -> str | None:
@@ -121,11 +126,7 @@ def fuse_gelu_tanh(g: Graph) -> Graph:
             continue
         replace[end.name] = Node("Gelu", (x,), end.outputs, {"approximate": "tanh"}, end.name)
         dead |= chain
-    if not replace:
-        return g
-    g = g.copy()
-    g.nodes = [replace.get(n.name, n) for n in g.nodes if n.name not in dead]
-    return g
+    return _rewritten(g, replace, dead)
 
 
 def fuse_swish(g: Graph) -> Graph:
@@ -143,8 +144,4 @@ def fuse_swish(g: Graph) -> Graph:
                 replace[mul.name] = Node("Swish", (x,), mul.outputs, {"alpha": 1.0}, mul.name)
                 dead.add(sig.name)
                 break
-    if not replace:
-        return g
-    g = g.copy()
-    g.nodes = [replace.get(n.name, n) for n in g.nodes if n.name not in dead]
-    return g
+    return _rewritten(g, replace, dead)

@@ -326,9 +326,10 @@ class Conv2dTemplate(Template):
         cg = int(wl.inputs[1]["shape"][1])
         shape = vector_shape(target)
         blocked = not one and cg >= 16
+        gemm_pixels = pick_tiles(GEMM_1X1_PIXELS_BY_SHAPE, *shape)   # the plane GEMM's smallest plane
         deep_cg = SMALL_PLANE_1X1_DEEP.get(shape)
         small_1x1 = one and (geo["SH"], geo["SW"]) == (1, 1) and deep_cg is not None and DEFAULT_VECTOR_IR \
-            and 16 <= P < pick_tiles(GEMM_1X1_PIXELS_BY_SHAPE, *shape)
+            and 16 <= P < gemm_pixels
         if small_1x1 and cg > deep_cg:
             blocked = True   # a deep reduction over a small plane (`SMALL_PLANE_1X1_DEEP`)
         if one and (geo["SH"], geo["SW"]) != (1, 1) and P <= 16 and cg >= 64 and DEFAULT_VECTOR_IR \
@@ -347,7 +348,7 @@ class Conv2dTemplate(Template):
         px_tiles = pick_tiles(PX_TILES, *shape)
         px_code = tile_codes(target)[1] if DEFAULT_VECTOR_IR else "slp"
         if not blocked and _single_pixel_windows(geo, wl.inputs[0]["shape"][2:], (oh, ow)) and \
-                (oc <= 32 or small_1x1 or P >= pick_tiles(GEMM_1X1_PIXELS_BY_SHAPE, *shape)):
+                (oc <= 32 or small_1x1 or P >= gemm_pixels):
             # the plane read in place as a GEMM's panel (no packing), full tiles stored from
             # registers; 4 x 16 (8 accumulators: 6x16 and 4x24 spill in the unrolled k loop,
             # measured); 4 pixel tiles x 4 channel tiles a work item, pixels outside. Strided:

@@ -328,3 +328,26 @@ def test_polynomial_chains_run_as_interleaved_parts(n, ops, interleaved):
     src = render(EW.lower(wl, cfg).module)
     assert ("i_p3 = i + 3 * hh" in src) == interleaved
     check(EW, wl, cfg)
+
+
+@pytest.mark.parametrize("shapes, row", [
+    (((2, 96, 4, 5), (2, 96, 1, 1)), 20),   # MobileNetV3's squeeze-excite scale: rows of the whole plane
+    (((2, 3, 4, 5), (5,)), 5),               # a row vector: one row per (n, c, h)
+    (((2, 3, 1, 5), (2, 1, 1, 5)), 5),       # size-1 axes go; the axes split where the operands differ
+    (((4, 1), (1, 6)), 6),
+    (((1, 1, 1), (1,)), None),               # one element: the flat loop
+])
+def test_pointwise_chains_merge_the_axes_their_operands_agree_on(shapes, row):
+    """A broadcast chain's rows are the longest contiguous run that every operand reads whole or
+    broadcasts whole (`_merged_axes`): the Mul below runs 192 rows of 20, not 768 rows of 5 with
+    three index divisions each. Checked against NumPy with both vector knobs."""
+    a, b = shapes
+    wl = make_wl([("Mul", ["i0", "i1"], {}), ("Add", ["t0", "i0"], {}), ("Relu", ["t1"], {})],
+                 [(a, "float32", False), (b, "float32", False)])
+    for vector in ("flat", "last"):
+        cfg = EW.space(wl).validate({**EW.default_config(wl).to_json(), "vector": vector})
+        step = EW.lower(wl, cfg).launch.steps[-1]
+        n = next(x.value for x in step.args if type(x).__name__ == "Scalar")
+        if row is not None and vector == "last":
+            assert n == row
+        check(EW, wl, cfg)

@@ -146,6 +146,26 @@ def _reshape_groups(ins, outs):
     return groups
 
 
+def _merged_axes(types: dict, out_shape: tuple) -> dict:
+    """`types` with the output's axes merged where every value agrees: adjacent axes that each
+    value (right-aligned to the output) holds whole in both or broadcasts in both read as one, and
+    axes of size 1 go. A pointwise chain indexes by shape alone, so this renames nothing; the rows
+    get longer and the index splits fewer: MobileNetV3's squeeze-excite Mul (2,96,4,5) x (2,96,1,1)
+    ran rows of 5 with three divisions each, now (192, 20) x (192, 1)."""
+    R = len(out_shape)
+    padded = {r: (1,) * (R - len(sh)) + tuple(sh) for r, (sh, _) in types.items()}
+    kept = [a for a in range(R) if out_shape[a] != 1]
+    groups: list[list[int]] = []
+    for a in kept:
+        if groups and all((p[a] == 1) == (p[groups[-1][-1]] == 1) for p in padded.values()):
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+    if len(groups) == R:
+        return types
+    return {r: (tuple(math.prod(padded[r][a] for a in g) for g in groups), dt) for r, (_, dt) in types.items()}
+
+
 class _Emitter:
     """Builds the expression of a value at an index (a list of index expressions)."""
 
@@ -432,7 +452,7 @@ def _check(wl: Workload):
 
 class ElementwiseTemplate(Template):
     name = "elementwise"
-    version = 7
+    version = 8
 
     def matches(self, wl: Workload) -> bool:
         return _check(wl) is not None
@@ -454,8 +474,10 @@ class ElementwiseTemplate(Template):
         if rows is not None:
             return _row_gather_lowered(wl, types, cfg, rows, self.version)
         plans = {k: plan for k, (plan, _) in resizes.items()}
+        if not any(o["op"] in MOVES or "axis" in o["attrs"] or "axes" in o["attrs"] for o in wl.ops):
+            types = _merged_axes(types, tuple(wl.output_shape))
         shapes = {r: t[0] for r, t in types.items()}
-        out_shape = tuple(wl.output_shape)
+        out_shape = types[f"t{len(wl.ops) - 1}"][0]
         total = math.prod(out_shape)
         flat_ok = all(o["op"] not in MOVES for o in wl.ops) and all(
             shapes[r] == out_shape or math.prod(shapes[r]) == 1 for r in loaded)

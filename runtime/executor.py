@@ -543,7 +543,10 @@ class CompiledModel:
             except Exception:
                 return False
             local.update({o: np.asarray(v) for o, v in zip(n.outputs, outs) if o})
-        static[sg.output] = local[sg.output]
+        # a program-owned array: a folded value is often a view of a constant (BERT's position ids,
+        # a Slice of a read-only initializer), which a kernel's launch cannot bind once for the
+        # program (`BoundKernel._fixed_input`): its Gather then ran from Python on every call
+        static[sg.output] = np.array(local[sg.output], order="C")
         return True
 
     def _handed_on(self, step: Step) -> list[str]:

@@ -309,3 +309,29 @@ def test_an_embedding_lookup_counts_the_rows_it_gathers_not_its_table():
     out_bytes = 32 * 128 * 4
     assert work_estimate(wl) < 3 * out_bytes < table.nbytes / 10
     assert cpu.threads_for(2, items=32, work=work_estimate(wl)) == 1
+
+
+def test_a_gather_at_folded_position_ids_runs_in_the_native_loop():
+    """BERT's position embedding as torch exports it: Gather(table, position_ids[:, :seq]) with
+    the ids a Slice of an initializer, folded once per shape. The folded value is the program's
+    own array, so the Gather's launch is fixed and the whole call is one native loop (it was a
+    read-only view of the initializer, and the Gather ran from Python on every call)."""
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((64, 16)).astype(np.float32)
+    ids = np.arange(64, dtype=np.int64)[None]
+    nodes = [helper.make_node("Shape", ["x"], ["shp"], start=1, end=2),
+             helper.make_node("Slice", ["ids", "zero", "shp", "one"], ["pos"]),
+             helper.make_node("Gather", ["table", "pos"], ["emb"], axis=0),
+             helper.make_node("Add", ["x", "emb"], ["y"])]
+    inits = [numpy_helper.from_array(table, "table"), numpy_helper.from_array(ids, "ids"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero"), numpy_helper.from_array(np.array([1], np.int64), "one")]
+    g = helper.make_graph(nodes, "pos", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seq", 16])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    model = runtime.load(m, settings=Settings.from_env().with_(threads=1))
+    for seq in (13, 5):
+        x = rng.standard_normal((1, seq, 16)).astype(np.float32)
+        np.testing.assert_allclose(model(x), x + table[:seq][None], rtol=1e-6)
+        prog = model.prepare({"x": x})
+        assert [b is not None for b, _, _ in prog.runs] == [True], prog.runs

@@ -763,3 +763,28 @@ def test_plane_is_the_avx512_default_for_3x3_stems_only():
                conv_wl(1, 4, 32, 32, 8, k=3, s=2, p=1, g=2)):                  # groups
         assert "plane" not in next(k for k in CONV.space(wl, AVX512).knobs if k.name == "algo").options
         assert CONV.default_config(wl, AVX512)["algo"] != "plane"
+
+
+@pytest.mark.parametrize("n, cin, h, w, cout, s, want", [
+    (2, 16, 12, 20, 1, 1, ("direct", "px", "4x24")),    # paddle_det's score map: rows of 20, one channel
+    (1, 64, 20, 20, 4, 1, ("direct", "px", "4x24")),
+    (1, 32, 28, 28, 8, 1, ("direct", "px", "4x16")),    # 8 channels: two 4-channel rows of the tile
+    (1, 64, 12, 12, 2, 1, ("direct", "px", "4x16")),    # rows of 12: the narrower pixel tile
+    (1, 64, 24, 24, 4, 2, ("blocked", "oc", "6x16")),   # strided: the blocked kernel as before
+    (1, 64, 28, 28, 24, 1, ("blocked", "oc", "4x24")),  # 24 channels: one 24-wide tile, no empty lanes
+    (1, 40, 14, 14, 120, 1, ("blocked", "oc", "4x24")),
+    (1, 32, 28, 28, 48, 1, ("blocked", "oc", "6x16")),  # 48 fills 16-wide tiles too
+    (1, 64, 16, 16, 64, 1, ("blocked", "oc", "6x16")),  # ResNet's channel counts keep 6x16
+])
+def test_avx2_blocked_defaults_by_output_channels(n, cin, h, w, cout, s, want):
+    """AVX2's untuned 3x3 convs by their output channels: into at most 8 (`BLOCKED_MIN_OC`), stride
+    1, vectors along the pixels (`FEW_OC_PX_TILE`: 4 channels x 24 pixels up to 4 channels on rows of
+    20 or more), where the blocked kernel's 16-channel vectors ran mostly empty; the blocked tile 4x24
+    where it leaves fewer lanes empty than 6x16 (`BLOCKED_WIDE`). AVX-512 keeps the blocked kernel.
+    Each default computes what NumPy does."""
+    wl = conv_wl(n, cin, h, w, cout, k=3, s=s, p=1, epi=("relu",))
+    cfg = CONV.default_config(wl, AVX2)
+    assert (cfg["algo"], cfg["vec"], cfg["regtile"], cfg["tile_code"]) == (*want, "vec8")
+    assert CONV.space(wl, AVX2).validate(cfg) == cfg
+    assert CONV.default_config(wl, AVX512)["algo"] == "blocked"
+    check(CONV, wl, cfg)

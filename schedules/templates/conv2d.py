@@ -108,6 +108,27 @@ BLOCKED_SMALL = {(8, 16): (16, "4x16")}
 # (experiments/bench_turns.md; tune had picked the same tiles, tuned 0.77x the untuned time).
 # Larger planes keep 6x16: alone 4x16 ran 0.82-0.90x on 8x8 to 28x28 maps, but in the model,
 # its weights streamed from L3 once per pixel tile, 1.02-1.07x on 16x16 and 8x8 (1.07x alone @56)
+BLOCKED_WIDE = {(8, 16): "4x24"}
+# per vector shape: the untuned blocked tile where its run along the output channels leaves fewer
+# lanes empty than BLOCKED_TILE's (`blocked_tile`): AVX2 4x24 (12 ymm accumulators, as 6x16) for
+# 24, 72, 120... channels. 3x3 convs alone, 1 thread, CPU time (AMD EPYC Zen 3, 2026-12-07):
+# 64->24 @28 338 -> 260 us (onnxruntime 263), 32->24 @56 903 -> 667 (673), 24->72 @28 353 -> 335,
+# 40->120 @14 216 -> 211; where both leave as many empty (40, 48 channels) they ran alike
+BLOCKED_MIN_OC = 8
+# on the vector shapes of FEW_OC_PX_TILE, stride-1 spatial convs into at most this many channels
+# do not take the blocked kernel by default: its vectors run along the output channels (16 a
+# tile on AVX2), so one channel used a 16th of each FMA. Vectors
+# along the pixels instead (direct vec=px, vector IR), 3x3, 1 thread, CPU time (AMD EPYC Zen 3,
+# 2026-12-07): paddle_det's 16->1 @12x20 (batch 2) 32 -> 14 us, 32->1 @40 182 -> 67, 64->4 @20
+# 88 -> 40, 64->2 @20 91 -> 40, 32->8 @28 92 -> 60, 16->8 @56 202 -> 108, 64->2 @12 33 -> 34 (the
+# default before took im2col's SLP panels on rows under 14: 91); at 12 and 16 channels both ran
+# alike; strided (64->4 /2 @12) they took turns being faster, so strided convs keep the blocked
+# kernel. Measured on AVX2 only: AVX-512 keeps it too
+FEW_OC_PX_TILE = {(8, 16): (4, 20, "4x24")}
+# per vector shape: (channels, row, tile): convs into at most that many channels, stride 1, rows
+# of at least that many pixels take 4 channels x 24 pixels (16->1 @12x20 24 -> 20 us, 32->1 @40
+# 68 -> 66, 64->4 @20 53 -> 43), the others the pixel tile of PX_TILES (4x16: on 12- and 10-pixel
+# rows it was the faster, 16->1 @6x10 6.7 -> 4.5 us)
 ALIGNED_MIN_PIXELS = 8
 # a plane tile of this many pixels or more that rows hold whole goes before one of fewer weight
 # passes that crosses them (`blocked_tile`): 8x32 against 14x32 on 3x3 convs, 1 thread, CPU
@@ -175,9 +196,10 @@ def _geometry(wl: Workload):
             "PT": pads[0], "PL": pads[1], "G": int(node.attrs.get("group", 1))}
 
 
-def blocked_tile(pixels: int, shape: tuple, ow: int | None = None) -> str:
+def blocked_tile(pixels: int, shape: tuple, ow: int | None = None, oc: int | None = None) -> str:
     """The untuned blocked tile for a plane of `pixels` output pixels in rows of `ow`: the vector
-    shape's small-plane tile where the plane is that small (`BLOCKED_SMALL`), else of the
+    shape's small-plane tile where the plane is that small (`BLOCKED_SMALL`), else its wide tile
+    where that leaves fewer of `oc` output channels' lanes empty (`BLOCKED_WIDE`), else of the
     vector shape's plane tiles (`BLOCKED_PLANE_TILES`, else its one `BLOCKED_TILE`), the one of
     fewest pixel tiles (weight passes), then of fewest pixels computed; ties to the first listed.
     Where rows hold whole tiles of at least `ALIGNED_MIN_PIXELS`, those go first: a tile crossing
@@ -185,6 +207,10 @@ def blocked_tile(pixels: int, shape: tuple, ow: int | None = None) -> str:
     small = BLOCKED_SMALL.get(shape)
     if small is not None and pixels <= small[0]:
         return small[1]
+    wide = BLOCKED_WIDE.get(shape)
+    if wide is not None and oc is not None and \
+            (-oc) % _tile_dims(wide)[1] < (-oc) % _tile_dims(pick_tiles(BLOCKED_TILE, *shape))[1]:
+        return wide
     tiles = BLOCKED_PLANE_TILES.get(shape)
     if not tiles:
         return pick_tiles(BLOCKED_TILE, *shape)
@@ -347,6 +373,13 @@ class Conv2dTemplate(Template):
             return self.space(wl).validate({**base, "algo": "direct", "vec": "oc", "regtile": "4x16", "PB": 1})
         px_tiles = pick_tiles(PX_TILES, *shape)
         px_code = tile_codes(target)[1] if DEFAULT_VECTOR_IR else "slp"
+        few = FEW_OC_PX_TILE.get(shape)
+        if few is not None and not one and oc <= BLOCKED_MIN_OC and (geo["SH"], geo["SW"]) == (1, 1) \
+                and DEFAULT_VECTOR_IR:
+            # a spatial conv into a few channels (a detector's score map): vectors along the pixels
+            wide = oc <= few[0] and ow >= few[1]
+            return self.space(wl, target).validate({**base, "algo": "direct", "vec": "px", "regtile": few[2] if wide
+                                                    else px_tiles[2], "tile_code": px_code})
         if not blocked and _single_pixel_windows(geo, wl.inputs[0]["shape"][2:], (oh, ow)) and \
                 (oc <= 32 or small_1x1 or P >= gemm_pixels):
             # the plane read in place as a GEMM's panel (no packing), full tiles stored from
@@ -373,7 +406,7 @@ class Conv2dTemplate(Template):
             # (one call per tile, the accumulators in registers over the whole reduction): per
             # work item one weight panel x 16 pixel tiles (the panel reused from L1/L2); the SLP
             # tile: 4 pixel tiles x 4 panels, pixels outside (experiments/bench_conv.md)
-            tile = blocked_tile(P, shape, ow) if DEFAULT_VECTOR_IR else "6x16"
+            tile = blocked_tile(P, shape, ow, oc) if DEFAULT_VECTOR_IR else "6x16"
             blocks = {"order": "oc_px", "OCB": 1, "PB": 16} if DEFAULT_VECTOR_IR else \
                 {"order": "px_oc", "OCB": 4, "PB": 4}
             return self.space(wl, target).validate({**base, "algo": "blocked", "vec": "oc", "regtile": tile, **blocks,

@@ -852,8 +852,8 @@ class CompiledModel:
             v = env[s]
             if device:   # one device-to-host copy per output and call
                 v = backend.to_host(v)
-            elif s in owned:   # the program's buffer: a copy the caller keeps
-                v = aligned_copy(v)
+            elif s in owned:   # the program's buffer: a copy the caller keeps, aligned where fed back
+                v = aligned_copy(v, STAGE_MAX_BYTES)   # as an input it is read in place (smaller: staged)
             elif maybe_shared and (o in feeds or o in self.graph.constants):   # the caller's array or ours: a copy
                 v = np.array(v)
             result[o] = v

@@ -65,6 +65,17 @@ CASES = {
                                    ("Transpose", ["t1"], {"perm": [1, 0, 2]})],
                                   [((1, 3, 16, 64), "float32", False), ((3,), "int64", True)],
                                   lambda: [f32(1, 3, 16, 64), np.array([1, 16, 192])]),
+    # Slices whose steps the workload holds: code constants (1 the common case, 2 and -1 here), the
+    # starts from the kernel's table; then a channel split of a CSP block feeding a Concat
+    "slice_steps_known": ([("Slice", ["i0", "i1", "i2", "i3", "i4"], {})],
+                          [((4, 9, 10), "float32", False), ((3,), "int64", True), ((3,), "int64", True),
+                           ((3,), "int64", True), ((3,), "int64", True)],
+                          lambda: [f32(4, 9, 10), np.array([1, 8, 2]), np.array([4, 0, 9]), np.array([0, 1, 2]),
+                                   np.array([1, -2, 3])]),
+    "slice_concat_channels": ([("Slice", ["i0", "i1", "i2", "i3"], {}), ("Concat", ["t0", "i4"], {"axis": 1})],
+                              [((2, 16, 3, 5), "float32", False), ((1,), "int64", True), ((1,), "int64", True),
+                               ((1,), "int64", True), ((2, 4, 3, 5), "float32", False)],
+                              lambda: [f32(2, 16, 3, 5), np.array([8]), np.array([16]), np.array([1]), f32(2, 4, 3, 5)]),
 }
 
 

@@ -277,7 +277,13 @@ class _Emitter:
         return self.load(n.inputs[0], ["0" if d == 1 else idx[off + b] for b, d in enumerate(sa)])
 
     def slice(self, n, k, idx, shape):
-        return self.load(n.inputs[0], [f"sl{k}[{2 * a}] + sl{k}[{2 * a + 1}] * ({i})" for a, i in enumerate(idx)])
+        """start + step * i per axis: the starts read from the kernel's table, the steps code
+        constants where the workload holds them (a step read at run time made the row loop's
+        loads gathers: a channel split of a CSP block, (2,16,12,16) -> (2,8,12,16) in the detector, 6.2 -> 4.4 us)."""
+        known = _slice_starts_steps(n, self.shapes[n.inputs[0]], self.consts)
+        steps = [str(int(known[2 * a + 1])) if known is not None else f"sl{k}[{2 * a + 1}]" for a in range(len(idx))]
+        return self.load(n.inputs[0], [f"sl{k}[{2 * a}] + ({i})" if st == "1" else f"sl{k}[{2 * a}] + {st} * ({i})"
+                                       for a, (i, st) in enumerate(zip(idx, steps))])
 
     def gather(self, n, k, idx, shape):
         data, ind = n.inputs[0], n.inputs[1]

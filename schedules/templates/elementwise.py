@@ -177,6 +177,7 @@ class _Emitter:
         self.consts = _consts(wl)
         self.pre: list[Assign] = []
         self.row_pre: list[Assign] = []   # loads that depend on the row only (the `last` path): hoisted
+        self.top: dict[str, Assign] = {}  # loads of the whole call (a Slice's starts): before the loops
         self.branch = 0                   # > 0 inside a Concat branch: nothing there may be hoisted
         self.n_tmp = 0
         self.closed: dict = {}            # Resize op -> `_closed_form` of its last axis, used while
@@ -279,10 +280,13 @@ class _Emitter:
     def slice(self, n, k, idx, shape):
         """start + step * i per axis: the starts read from the kernel's table, the steps code
         constants where the workload holds them (a step read at run time made the row loop's
-        loads gathers: a channel split of a CSP block, (2,16,12,16) -> (2,8,12,16) in the detector, 6.2 -> 4.4 us)."""
+        loads gathers: a channel split of a CSP block, (2,16,12,16) -> (2,8,12,16) in the detector, 6.2 -> 4.4 us),
+        each read from the table once a call."""
         known = _slice_starts_steps(n, self.shapes[n.inputs[0]], self.consts)
-        steps = [str(int(known[2 * a + 1])) if known is not None else f"sl{k}[{2 * a + 1}]" for a in range(len(idx))]
-        return self.load(n.inputs[0], [f"sl{k}[{2 * a}] + ({i})" if st == "1" else f"sl{k}[{2 * a}] + {st} * ({i})"
+        for a in range(2 * len(idx)):   # read once a call: in the loop, every store to `out` may have changed them
+            self.top.setdefault(f"sl{k}_{a}", Assign(f"sl{k}_{a}", f"sl{k}[{a}]"))
+        steps = [str(int(known[2 * a + 1])) if known is not None else f"sl{k}_{2 * a + 1}" for a in range(len(idx))]
+        return self.load(n.inputs[0], [f"sl{k}_{2 * a} + ({i})" if st == "1" else f"sl{k}_{2 * a} + {st} * ({i})"
                                        for a, (i, st) in enumerate(zip(idx, steps))])
 
     def gather(self, n, k, idx, shape):
@@ -501,6 +505,7 @@ class ElementwiseTemplate(Template):
             inner = (*em.pre, Assign(_at("out", "i"), value))
             streams = _streams_for(wl, loaded, shapes) if unroll == 1 else 1
             body = (
+                *em.top.values(),
                 Assign("CH", "RB * 1024"),
                 thread_share("blk", "(n + CH - 1) // CH", body=(
                     Assign("i0", "blk * CH"), Assign("i1", "min(n, i0 + CH)"),
@@ -554,6 +559,7 @@ class ElementwiseTemplate(Template):
                     split += [Assign("rest", f"{rest} // {out_shape[a]}")]
                     rest = "rest"
             body = (
+                *em.top.values(),
                 *(Alloc(b, (str(w),)) for b, w in em.row_buffers.items()),
                 thread_share("blk", f"({rows} + RB - 1) // RB", body=(
                     For("row", "blk * RB", f"min({rows}, blk * RB + RB)", (

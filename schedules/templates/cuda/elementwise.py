@@ -152,6 +152,7 @@ class CudaElementwiseTemplate(Template):
             If("i < n", coords + pre + (Assign(_at("out", "i"), value),)),
         )
         body = (
+            *em.top.values(),
             Assign("tx", "cuda.threadIdx.x"), Assign("bs", "cuda.blockDim.x"), Assign("tile", f"bs * {E * V}"),
             For("base", "cuda.blockIdx.x * tile", "n", step="cuda.gridDim.x * tile", body=(
                 For("eu", "0", str(E), kind=UNROLLED, body=(

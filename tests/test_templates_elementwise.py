@@ -76,6 +76,12 @@ CASES = {
                               [((2, 16, 3, 5), "float32", False), ((1,), "int64", True), ((1,), "int64", True),
                                ((1,), "int64", True), ((2, 4, 3, 5), "float32", False)],
                               lambda: [f32(2, 16, 3, 5), np.array([8]), np.array([16]), np.array([1]), f32(2, 4, 3, 5)]),
+    # a Concat along the channels: each row is one input's (`_row_branches`), here an upsampled map's
+    "resize_concat_channels": ([("Resize", ["i0", "i1", "i2"], {"mode": "linear"}), ("Concat", ["t0", "i3"], {"axis": 1})],
+                               [((1, 3, 4, 5), "float32", False), ((0,), "float32", True), ((4,), "float32", True),
+                                ((1, 2, 8, 10), "float32", False)],
+                               lambda: [f32(1, 3, 4, 5), np.zeros(0, np.float32), np.array([1, 1, 2, 2], np.float32),
+                                        f32(1, 2, 8, 10)]),
 }
 
 

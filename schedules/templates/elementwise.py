@@ -516,52 +516,64 @@ class ElementwiseTemplate(Template):
             em = _Emitter(wl, types, plans)
             R = len(out_shape)
             idx = [f"o{a}" for a in range(R - 1)] + ["j"]
-            # one Resize whose output is the kernel's (only elementwise ops after it): its last axis
-            # in closed form where the tables repeat (integer factors), the edges through them;
-            # interpolating along other axes too, it does those first into a row buffer
-            rz_ops, forms = [k for k, o in enumerate(wl.ops) if o["op"] in RESIZES], {}
-            k_last = rz_ops[0] if len(rz_ops) == 1 else None
-            if k_last is not None and shapes[f"t{k_last}"] == out_shape and all(
-                    o["op"] not in MOVES for o in wl.ops[k_last + 1:]):
+            # a Resize whose output is a row's value (the kernel's, only elementwise ops after it; or
+            # one input of a Concat along an outer axis): its last axis in closed form where the tables
+            # repeat (integer factors), the edges through them; interpolating along other axes too,
+            # it does those first into a row buffer
+            forms: dict = {}
+            if any(o["op"] in RESIZES for o in wl.ops):
                 _resizes(wl, types, forms)
-                if _row_temp_pays(nodes[k_last], plans[k_last]):
-                    em.row_temp.add(k_last)
-                    form = forms.get(k_last)
+
+            def rows_of(ref: str, at: list, k_rz: int | None) -> tuple:
+                """The loops that write `ref` at index `at` (its last entry `j`) to out[base + j];
+                k_rz: a Resize that produces `ref` (elementwise ops after it allowed)."""
+                if k_rz is not None and _row_temp_pays(nodes[k_rz], plans[k_rz]):
+                    em.row_temp.add(k_rz)
+                    form = forms.get(k_rz)
                     if form is not None and form.clamped:   # the whole row in closed form, from a padded buffer
-                        em.row_pad[k_last] = max(abs(o) for row in form.offset for o in row)
-            row_branches = _row_branches(nodes[-1], R, shapes)
-            if row_branches is None:
-                value = em.load(last, idx)
+                        em.row_pad[k_rz] = max(abs(o) for row in form.offset for o in row)
+                em.pre = []
+                value = em.load(ref, at)
                 inner = (*em.pre, Assign(_at("out", "base + j"), value))
-            # the row's length as the run-time `n` (= out_shape[-1]): a literal trip count let LLVM
-            # unroll the loop fully before vectorizing, and the unrolled copy stayed scalar (out and
-            # the inputs may alias: SLP has no run-time check); Transpose 0213 rows of 64 2.1x faster
-                row_loops = _inner("j", "0", "n", inner, unroll)
-            else:   # a Concat along an outer axis: each row is one input's, chosen once a row
-                axis, row_loops = row_branches[0], ()
-                for lo, hi, a in reversed(row_branches[1]):
-                    em.pre, em.row_pre = [], []
-                    sub = list(idx)
-                    sub[axis] = f"({idx[axis]}) - {lo}" if lo else idx[axis]
-                    v = em.load(a, sub)
-                    loops = (*em.row_pre, *_inner("j", "0", "n", (*em.pre, Assign(_at("out", "base + j"), v)), unroll))
-                    row_loops = (If(f"{idx[axis]} < {hi}", loops, row_loops),) if row_loops else loops
-                em.row_pre = []
-            closed = forms.get(k_last)
-            if closed is not None:
-                em.closed[k_last] = closed
+                # the row's length as the run-time `n` (= out_shape[-1]): a literal trip count let LLVM
+                # unroll the loop fully before vectorizing, and the unrolled copy stayed scalar (out and
+                # the inputs may alias: SLP has no run-time check); Transpose 0213 rows of 64 2.1x faster
+                closed = forms.get(k_rz) if k_rz is not None else None
+                if closed is not None and closed.hi - closed.lo < MIN_CLOSED and k_rz not in em.row_pad:
+                    closed = None   # a short run between edges read through the tables
+                if closed is None:
+                    return _inner("j", "0", "n", inner, unroll)
+                em.closed[k_rz] = closed
                 s, lo, hi = closed.factor, closed.lo, closed.hi
                 stmts = []
                 for p in range(s):
                     em.pre, em.phase = [], p
-                    v = em.load(last, idx)   # other inputs are read at j
+                    v = em.load(ref, at)   # other inputs are read at j
                     stmts += [Assign("j", f"{s} * jx + {p}"), *em.pre, Assign(_at("out", "base + j"), v)]
                 em.phase = None
-                if k_last in em.row_pad:
-                    lo, hi = 0, shapes[nodes[k_last].inputs[0]][-1]
-                row_loops = (*(_inner("j", "0", str(s * lo), inner, unroll) if lo else ()),
-                             For("jx", str(lo), str(hi), tuple(stmts)),
-                             *(_inner("j", str(s * hi), str(out_shape[-1]), inner, unroll) if s * hi < out_shape[-1] else ()))
+                if k_rz in em.row_pad:
+                    lo, hi = 0, shapes[nodes[k_rz].inputs[0]][-1]
+                return (*(_inner("j", "0", str(s * lo), inner, unroll) if lo else ()),
+                        For("jx", str(lo), str(hi), tuple(stmts)),
+                        *(_inner("j", str(s * hi), str(out_shape[-1]), inner, unroll) if s * hi < out_shape[-1] else ()))
+
+            rz_ops = [k for k, o in enumerate(wl.ops) if o["op"] in RESIZES]
+            k_last = rz_ops[0] if len(rz_ops) == 1 and shapes[f"t{rz_ops[0]}"] == out_shape and all(
+                o["op"] not in MOVES for o in wl.ops[rz_ops[0] + 1:]) else None
+            row_branches = _row_branches(nodes[-1], R, shapes)
+            if row_branches is None:
+                row_loops = rows_of(last, idx, k_last)
+            else:   # a Concat along an outer axis: each row is one input's, chosen once a row
+                axis, row_loops = row_branches[0], ()
+                for lo, hi, a in reversed(row_branches[1]):
+                    em.row_pre = []
+                    sub = list(idx)
+                    sub[axis] = f"({idx[axis]}) - {lo}" if lo else idx[axis]
+                    k_rz = int(a[1:]) if a.startswith("t") and wl.ops[int(a[1:])]["op"] in RESIZES else None
+                    loops = rows_of(a, sub, k_rz)
+                    loops = (*em.row_pre, *loops)
+                    row_loops = (If(f"{idx[axis]} < {hi}", loops, row_loops),) if row_loops else loops
+                em.row_pre = []
             rows = math.prod(out_shape[:-1])
             split = []
             rest = "row"
@@ -759,11 +771,11 @@ def _closed_form(index: np.ndarray, weight: np.ndarray | None, n_in: int) -> Clo
         lo -= 1
     while hi < n_in and same[hi]:
         hi += 1
-    if hi - lo < MIN_CLOSED:
-        return None
     js = np.arange(n_in)[:, None, None]
     clamped = bool((np.clip(js + idx[mid], 0, n_in - 1) == idx + js).all()
                    and (weight is None or (w == w[mid]).all()))
+    if hi - lo < MIN_CLOSED and not clamped:   # clamped: the whole row from a padded buffer (`rows_of`)
+        return None
     return ClosedForm(s, lo, hi, tuple(tuple(int(v) for v in row) for row in idx[mid]),
                       None if weight is None else tuple(tuple(float(v) for v in row) for row in w[mid]), clamped)
 

@@ -775,16 +775,20 @@ def test_plane_is_the_avx512_default_for_3x3_stems_only():
     (1, 40, 14, 14, 120, 1, ("blocked", "oc", "4x24")),
     (1, 32, 28, 28, 48, 1, ("blocked", "oc", "6x16")),  # 48 fills 16-wide tiles too
     (1, 64, 16, 16, 64, 1, ("blocked", "oc", "6x16")),  # ResNet's channel counts keep 6x16
+    (2, 12, 6, 8, 12, 1, ("blocked", "oc", "6x16")),    # rows under 14, 8-15 input channels (`SMALL_MAP_BLOCKED_CG`)
+    (2, 12, 3, 4, 24, 1, ("blocked", "oc", "4x16")),    # a plane of 12 pixels: the small-plane tile first
+    (1, 8, 28, 28, 16, 1, ("direct", "px", "4x16")),    # rows of 28: the direct kernel
 ])
 def test_avx2_blocked_defaults_by_output_channels(n, cin, h, w, cout, s, want):
     """AVX2's untuned 3x3 convs by their output channels: into at most 8 (`BLOCKED_MIN_OC`), stride
     1, vectors along the pixels (`FEW_OC_PX_TILE`: 4 channels x 24 pixels up to 4 channels on rows of
     20 or more), where the blocked kernel's 16-channel vectors ran mostly empty; the blocked tile 4x24
-    where it leaves fewer lanes empty than 6x16 (`BLOCKED_WIDE`). AVX-512 keeps the blocked kernel.
+    where it leaves fewer lanes empty than 6x16 (`BLOCKED_WIDE`); on rows under 14 pixels the blocked
+    kernel from 8 input channels on (`SMALL_MAP_BLOCKED_CG`). AVX-512 keeps its own defaults.
     Each default computes what NumPy does."""
     wl = conv_wl(n, cin, h, w, cout, k=3, s=s, p=1, epi=("relu",))
     cfg = CONV.default_config(wl, AVX2)
     assert (cfg["algo"], cfg["vec"], cfg["regtile"], cfg["tile_code"]) == (*want, "vec8")
     assert CONV.space(wl, AVX2).validate(cfg) == cfg
-    assert CONV.default_config(wl, AVX512)["algo"] == "blocked"
+    assert (CONV.default_config(wl, AVX512)["algo"] == "blocked") == (cin >= 16)
     check(CONV, wl, cfg)

@@ -129,6 +129,13 @@ FEW_OC_PX_TILE = {(8, 16): (4, 20, "4x24")}
 # of at least that many pixels take 4 channels x 24 pixels (16->1 @12x20 24 -> 20 us, 32->1 @40
 # 68 -> 66, 64->4 @20 53 -> 43), the others the pixel tile of PX_TILES (4x16: on 12- and 10-pixel
 # rows it was the faster, 16->1 @6x10 6.7 -> 4.5 us)
+SMALL_MAP_BLOCKED_CG = {(8, 16): 8}
+# per vector shape: stride-1 spatial convs on rows of under 14 pixels (where the others take
+# im2col's SLP panels) take the blocked kernel from this many input channels on (not 16), into
+# more than BLOCKED_MIN_OC channels. 3x3, 1 thread, CPU time (AMD EPYC Zen 3, 2026-12-07): the
+# detector's 12->12 @6x8 (batch 2) 12.5 -> 8.3 us, 8->16 @7 7.0 -> 4.1, 12->12 @12 14.8 -> 11.0,
+# 8->32 @10 14.2 -> 10.6; 3 input channels (a stem) gained nothing; on rows of 14 and more the
+# direct kernel stays the faster (8->16 @28 38 against 49 us)
 ALIGNED_MIN_PIXELS = 8
 # a plane tile of this many pixels or more that rows hold whole goes before one of fewer weight
 # passes that crosses them (`blocked_tile`): 8x32 against 14x32 on 3x3 convs, 1 thread, CPU
@@ -351,7 +358,9 @@ class Conv2dTemplate(Template):
         one = geo["KH"] * geo["KW"] == 1
         cg = int(wl.inputs[1]["shape"][1])
         shape = vector_shape(target)
-        blocked = not one and cg >= 16
+        small_map_cg = SMALL_MAP_BLOCKED_CG.get(shape)
+        blocked = not one and (cg >= 16 or small_map_cg is not None and cg >= small_map_cg and oc > BLOCKED_MIN_OC
+                               and ow < 14 and (geo["SH"], geo["SW"]) == (1, 1) and DEFAULT_VECTOR_IR)
         gemm_pixels = pick_tiles(GEMM_1X1_PIXELS_BY_SHAPE, *shape)   # the plane GEMM's smallest plane
         deep_cg = SMALL_PLANE_1X1_DEEP.get(shape)
         small_1x1 = one and (geo["SH"], geo["SW"]) == (1, 1) and deep_cg is not None and DEFAULT_VECTOR_IR \

@@ -278,12 +278,12 @@ class _Emitter:
         return self.load(n.inputs[0], ["0" if d == 1 else idx[off + b] for b, d in enumerate(sa)])
 
     def slice(self, n, k, idx, shape):
-        """start + step * i per axis: the starts read from the kernel's table, the steps code
-        constants where the workload holds them (a step read at run time made the row loop's
-        loads gathers: a channel split of a CSP block, (2,16,12,16) -> (2,8,12,16) in the detector, 6.2 -> 4.4 us),
-        each read from the table once a call."""
+        """start + step * i per axis: the starts read from the kernel's table once a call (read
+        in the row loop, every store to `out` might have changed them: LLVM kept the loop scalar),
+        the steps code constants where the workload holds them (read at run time, they made the
+        loads gathers). A CSP block's channel split (2,16,12,16) -> (2,8,12,16): 6.2 -> 1.1 us."""
         known = _slice_starts_steps(n, self.shapes[n.inputs[0]], self.consts)
-        for a in range(2 * len(idx)):   # read once a call: in the loop, every store to `out` may have changed them
+        for a in range(2 * len(idx)):
             self.top.setdefault(f"sl{k}_{a}", Assign(f"sl{k}_{a}", f"sl{k}[{a}]"))
         steps = [str(int(known[2 * a + 1])) if known is not None else f"sl{k}_{2 * a + 1}" for a in range(len(idx))]
         return self.load(n.inputs[0], [f"sl{k}_{2 * a} + ({i})" if st == "1" else f"sl{k}_{2 * a} + {st} * ({i})"

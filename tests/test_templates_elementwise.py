@@ -388,3 +388,45 @@ def test_an_upsampled_map_in_a_channel_concat_is_a_closed_form_row(width):
     assert "if o1 < 3:" in src and "rt0 = np.empty(" in src
     assert (f"for jx in range(0, {width})" in src) == (width >= 8)   # MIN_CLOSED columns at least
     check(EW, wl, cfg, arrays=arrays)
+
+
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_slices_and_concats_merge_axes_and_match_numpy(data):
+    """A copy of Slices and Concats runs over merged axes (`_merged_copy`): random 4-d splits and
+    re-joins (a Slice cutting one axis, at step 1 or 2, or none; a Concat of it with a fresh input
+    along any axis), checked against NumPy with both vector knobs."""
+    shape = data.draw(st.lists(st.sampled_from([1, 2, 3, 6]), min_size=4, max_size=4))
+    cut = data.draw(st.integers(0, 3))
+    step = data.draw(st.sampled_from([1, 1, 2]))
+    start = data.draw(st.integers(0, shape[cut] - 1))
+    axis = data.draw(st.integers(0, 3))
+    x = f32(*shape)
+    sliced = x[tuple(slice(start, None, step) if a == cut else slice(None) for a in range(4))]
+    other = list(sliced.shape)
+    other[axis] = data.draw(st.integers(1, 3))
+    y = f32(*other)
+    arrays = [x, np.array([start]), np.array([shape[cut]]), np.array([cut]), np.array([step]), y]
+    wl = make_wl([("Slice", ["i0", "i1", "i2", "i3", "i4"], {}), ("Concat", ["t0", "i5"], {"axis": axis})],
+                 [(x.shape, "float32", False), ((1,), "int64", True), ((1,), "int64", True), ((1,), "int64", True),
+                  ((1,), "int64", True), (y.shape, "float32", False)], arrays)
+    for vector in ("flat", "last"):
+        check(EW, wl, EW.space(wl).validate({**EW.default_config(wl).to_json(), "vector": vector}), arrays=arrays)
+
+
+def test_a_csp_split_and_rejoin_copies_whole_runs():
+    """The detector's CSP block: channels 8..16 of (2, 16, 12, 16) joined with two (2, 8, 12, 16)
+    maps along the channels. Merged, each image is one row of 4608 copied as three runs of 1536
+    (was 576 rows of 16, each element choosing its input: 10.7 -> 0.9 us in the model)."""
+    from codegen.source import render
+    x, a, b = f32(2, 16, 12, 16), f32(2, 8, 12, 16), f32(2, 8, 12, 16)
+    arrays = [x, np.array([8]), np.array([16]), np.array([1]), a, b]
+    wl = make_wl([("Slice", ["i0", "i1", "i2", "i3"], {}), ("Concat", ["t0", "i4", "i5"], {"axis": 1})],
+                 [(x.shape, "float32", False), ((1,), "int64", True), ((1,), "int64", True), ((1,), "int64", True),
+                  (a.shape, "float32", False), (b.shape, "float32", False)], arrays)
+    cfg = EW.space(wl).validate({**EW.default_config(wl).to_json(), "vector": "last"})
+    low = EW.lower(wl, cfg)
+    src = render(low.module)
+    assert "base = row * 4608" in src and "for j in range(1536, 3072):" in src
+    assert [a.index for a in low.launch.steps[-1].args if type(a).__name__ == "In"] == [0, 4, 5]
+    check(EW, wl, cfg, arrays=arrays)

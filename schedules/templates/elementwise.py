@@ -166,6 +166,71 @@ def _merged_axes(types: dict, out_shape: tuple) -> dict:
     return {r: (tuple(math.prod(padded[r][a] for a in g) for g in groups), dt) for r, (_, dt) in types.items()}
 
 
+def _merged_copy(wl: Workload, types: dict) -> Workload | None:
+    """For a copy made of Slices (starts and steps the workload holds, steps > 0) and Concats: the
+    same copy over fewer axes, or None. Adjacent axes merge where no Slice cuts or steps the inner
+    one and no Concat joins along it (the outer may be cut, at step 1, and may be a Concat's
+    axis): the starts scale by the merged inner size. A CSP block's channel split and re-join,
+    (2, 16, 12, 16) -> (2, 8, 12, 16), then runs 2 rows of 1536 where it ran 192 rows of 16.
+    The inputs keep their positions (the Slices' operands are rewritten in place), so the kernel
+    binds the caller's arrays as the workload's."""
+    nodes = wl.nodes()
+    if not nodes or any(n.op not in ("Slice", "Concat") for n in nodes):
+        return None
+    consts, R = _consts(wl), len(wl.output_shape)
+    data = {r for n in nodes for r in (n.inputs[:1] if n.op == "Slice" else n.inputs)} | {f"t{k}" for k in range(len(nodes))}
+    if any(len(types[r][0]) != R for r in data):
+        return None
+    no_inner, no_outer, params = set(), set(), {}
+    for k, n in enumerate(nodes):
+        if n.op == "Concat":
+            no_inner.add(int(n.attrs["axis"]) % R)
+            continue
+        shape_in, shape_out = types[n.inputs[0]][0], types[f"t{k}"][0]
+        known = _slice_starts_steps(n, shape_in, consts)
+        if known is None or len(n.inputs) < 3 or "starts" in n.attrs or any(
+                not r.startswith("i") or r not in consts or sum(r in m.inputs for m in nodes) > 1 for r in n.inputs[1:]):
+            return None   # operands that are data or shared with another op stay as they are
+        for a in range(R):
+            start, step = int(known[2 * a]), int(known[2 * a + 1])
+            if step < 1:
+                return None
+            if (start, step, shape_in[a]) != (0, 1, shape_out[a]):
+                no_inner.add(a)
+                if step != 1:
+                    no_outer.add(a)
+        params[k] = known
+    groups: list[list[int]] = []
+    for a in range(R):
+        if groups and a not in no_inner and groups[-1][0] not in no_outer:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+    if len(groups) == R:
+        return None
+
+    def merged(shape):
+        return [math.prod(shape[a] for a in g) for g in groups]
+    inputs = [dict(i) for i in wl.inputs]
+    for r in data:
+        if r.startswith("i"):
+            spec = inputs[int(r[1:])]
+            spec["shape"] = spec["sym"] = merged(spec["shape"])
+    ops = [dict(o) for o in wl.ops]
+    for k, n in enumerate(nodes):
+        if n.op == "Concat":
+            c = int(n.attrs["axis"]) % R
+            ops[k]["attrs"] = {**n.attrs, "axis": next(gi for gi, g in enumerate(groups) if g[0] == c)}
+            continue
+        shape_in, known = types[n.inputs[0]][0], params[k]
+        starts = [int(known[2 * g[0]]) * math.prod(shape_in[a] for a in g[1:]) for g in groups]
+        steps = [int(known[2 * g[0] + 1]) for g in groups]
+        ends = [st + sp * d for st, sp, d in zip(starts, steps, merged(types[f"t{k}"][0]))]
+        for pos, vals in zip(range(1, len(n.inputs)), (starts, ends, list(range(len(groups))), steps)):
+            inputs[int(n.inputs[pos][1:])].update(shape=[len(groups)], sym=[len(groups)], value=vals)
+    return Workload(tuple(ops), tuple(inputs), tuple(merged(wl.output_shape)), wl.output_dtype)
+
+
 class _Emitter:
     """Builds the expression of a value at an index (a list of index expressions)."""
 
@@ -480,6 +545,10 @@ class ElementwiseTemplate(Template):
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
         types, loaded, resizes = _check(wl)
+        merged = _merged_copy(wl, types)
+        if merged is not None:
+            wl = merged
+            types, loaded, resizes = _check(wl)
         rows = _row_gather(wl, types)
         if rows is not None:
             return _row_gather_lowered(wl, types, cfg, rows, self.version)
@@ -524,9 +593,9 @@ class ElementwiseTemplate(Template):
             if any(o["op"] in RESIZES for o in wl.ops):
                 _resizes(wl, types, forms)
 
-            def rows_of(ref: str, at: list, k_rz: int | None) -> tuple:
-                """The loops that write `ref` at index `at` (its last entry `j`) to out[base + j];
-                k_rz: a Resize that produces `ref` (elementwise ops after it allowed)."""
+            def rows_of(ref: str, at: list, k_rz: int | None, span=("0", "n")) -> tuple:
+                """The loops that write `ref` at index `at` (its last entry `j`) to out[base + j] for
+                j in `span`; k_rz: a Resize that produces `ref` (elementwise ops after it allowed)."""
                 if k_rz is not None and _row_temp_pays(nodes[k_rz], plans[k_rz]):
                     em.row_temp.add(k_rz)
                     form = forms.get(k_rz)
@@ -542,7 +611,7 @@ class ElementwiseTemplate(Template):
                 if closed is not None and closed.hi - closed.lo < MIN_CLOSED and k_rz not in em.row_pad:
                     closed = None   # a short run between edges read through the tables
                 if closed is None:
-                    return _inner("j", "0", "n", inner, unroll)
+                    return _inner("j", *span, inner, unroll)
                 em.closed[k_rz] = closed
                 s, lo, hi = closed.factor, closed.lo, closed.hi
                 stmts = []
@@ -563,6 +632,11 @@ class ElementwiseTemplate(Template):
             row_branches = _row_branches(nodes[-1], R, shapes)
             if row_branches is None:
                 row_loops = rows_of(last, idx, k_last)
+            elif row_branches[0] == R - 1:   # a Concat along the rows: one loop per input's run of the row
+                row_loops = ()
+                for lo, hi, a in row_branches[1]:
+                    sub = idx[:-1] + [f"(j) - {lo}" if lo else "j"]
+                    row_loops += rows_of(a, sub, None, (str(lo), str(hi)))
             else:   # a Concat along an outer axis: each row is one input's, chosen once a row
                 axis, row_loops = row_branches[0], ()
                 for lo, hi, a in reversed(row_branches[1]):
@@ -634,16 +708,15 @@ ROW_GATHER_MIN = 8   # gathered rows at least this long are copied whole (shorte
 
 
 def _row_branches(node, rank: int, shapes: dict):
-    """(axis, [(lo, hi, input)]) where the kernel's last op is a Concat along an axis other than the
-    rows' (the `last` path): each output row then comes from one input, so the choice is made once
+    """(axis, [(lo, hi, input)]) where the kernel's last op is a Concat (the `last` path): along
+    an axis other than the rows', each output row comes from one input, so the choice is made once
     a row and each input's loads run unguarded, their row-constant table loads hoisted (`hoisted`),
     instead of a select per element (the detector's Resize + Concat (2,24,6,8) -> (2,40,12,16):
-    21 -> 17 us in the model). None otherwise."""
+    21 -> 17 us in the model); along the rows, each input fills its run of the row in a loop of
+    its own. None otherwise."""
     if node.op != "Concat":
         return None
     axis = int(node.attrs["axis"]) % rank
-    if axis == rank - 1:
-        return None
     parts, off = [], 0
     for a in node.inputs:
         d = shapes[a][axis]

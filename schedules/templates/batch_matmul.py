@@ -134,9 +134,11 @@ def _batch_index(dims: tuple, batch: tuple) -> np.ndarray:
 
 
 def _store(epi: Epilogue, value: str, bcast: tuple = ()) -> tuple:
-    assigns, result = epi.emit("v", "row", "j", "e", rows={p: f"ie_{p}[bt] * M + i" for p in bcast})
-    return (Assign("v", value), Assign("row", "bt * M + i")) + tuple(Assign(n, e) for n, e in assigns) \
-        + (Assign("out[row, j]", result),)
+    """out[bt * M + i, j] = the epilogue of `value`, at unsigned indices (`unsigned`: with numba's
+    wraparound selects an edge tile's loop stayed scalar)."""
+    assigns, result = epi.emit("v", "ru", "ju", "e", rows={p: unsigned(f"ie_{p}[bt] * M + i") for p in bcast})
+    return (Assign("v", value), Assign("ru", unsigned("bt * M + i")), Assign("ju", unsigned("j"))) \
+        + tuple(Assign(n, e) for n, e in assigns) + (Assign("out[ru, ju]", result),)
 
 
 def _edge_store(nr: int, epi: Epilogue, bcast: tuple = ()) -> tuple:

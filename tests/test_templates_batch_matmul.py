@@ -72,6 +72,8 @@ def test_default_tile_cut_by_m_and_n(code):
     ((2, 1, 9, 13), True),    # per-example masks over heads
     ((2, 3, 9, 13), False),   # the output's own shape: read as it is
     ((1, 1, 1, 13), False),   # one row per batch: a row extra
+    ((2, 1, 1, 13), True),    # an sdpa export's padding mask [B, 1, 1, S]: one row per example, every row reads it
+    ((2, 3, 1, 13), True),    # one row per batch
 ])
 @pytest.mark.parametrize("tile, code", [("4x16", "slp"), ("4x16", VEC)])
 def test_mask_broadcast_over_batches_is_read_through_a_table(mask_shape, table, tile, code):

@@ -589,8 +589,9 @@ class CompiledModel:
         # a step run by NumPy may write its output over an input that dies there; a kernel may not:
         # LLVM vectorizes a loop whose output and input are separate arrays after a run-time check
         # that their ranges do not overlap, so over its own input it ran the scalar loop (an Add of
-        # 7680 floats 1.7 -> 9.9 us; paddle_det 0.71 -> 0.64x onnxruntime, GPT-2 0.76 -> 0.72x
-        # with it gone, AMD EPYC Zen 3, 2026-12-07), and the arenas of the real models stayed as large
+        # 7680 floats: 9.9 us against 1.7). With kernels kept off their inputs, paddle_det went
+        # 0.71 -> 0.64x onnxruntime, GPT-2 0.76 -> 0.72x (AMD EPYC Zen 3, 2026-12-07), and the
+        # arenas of the real models stayed as large
         inplace = {}
         for k, step in enumerate(prog.steps):
             out = step.subgraph.output

@@ -777,6 +777,7 @@ def test_plane_is_the_avx512_default_for_3x3_stems_only():
     (1, 64, 16, 16, 64, 1, ("blocked", "oc", "6x16")),  # ResNet's channel counts keep 6x16
     (2, 12, 6, 8, 12, 1, ("blocked", "oc", "6x16")),    # rows under 14, 8-15 input channels (`SMALL_MAP_BLOCKED_CG`)
     (2, 12, 3, 4, 24, 1, ("blocked", "oc", "4x16")),    # a plane of 12 pixels: the small-plane tile first
+    (1, 64, 3, 3, 4, 1, ("blocked", "oc", "4x16")),     # few channels on a plane under 16 pixels: blocked as before
     (1, 8, 28, 28, 16, 1, ("direct", "px", "4x16")),    # rows of 28: the direct kernel
 ])
 def test_avx2_blocked_defaults_by_output_channels(n, cin, h, w, cout, s, want):

@@ -116,9 +116,9 @@ BLOCKED_WIDE = {(8, 16): "4x24"}
 # 40->120 @14 216 -> 211; where both leave as many empty (40, 48 channels) they ran alike
 BLOCKED_MIN_OC = 8
 # on the vector shapes of FEW_OC_PX_TILE, stride-1 spatial convs into at most this many channels
-# do not take the blocked kernel by default: its vectors run along the output channels (16 a
-# tile on AVX2), so one channel used a 16th of each FMA. Vectors
-# along the pixels instead (direct vec=px, vector IR), 3x3, 1 thread, CPU time (AMD EPYC Zen 3,
+# on planes of 16 pixels or more do not take the blocked kernel by default: its vectors run along
+# the output channels (16 a tile on AVX2), so one channel used a 16th of each FMA. Vectors along
+# the pixels instead (direct vec=px, vector IR), 3x3, 1 thread, CPU time (AMD EPYC Zen 3,
 # 2026-12-07): paddle_det's 16->1 @12x20 (batch 2) 32 -> 14 us, 32->1 @40 182 -> 67, 64->4 @20
 # 88 -> 40, 64->2 @20 91 -> 40, 32->8 @28 92 -> 60, 16->8 @56 202 -> 108, 64->2 @12 33 -> 34 (the
 # default before took im2col's SLP panels on rows under 14: 91); at 12 and 16 channels both ran
@@ -384,7 +384,7 @@ class Conv2dTemplate(Template):
         px_code = tile_codes(target)[1] if DEFAULT_VECTOR_IR else "slp"
         few = FEW_OC_PX_TILE.get(shape)
         if few is not None and not one and oc <= BLOCKED_MIN_OC and (geo["SH"], geo["SW"]) == (1, 1) \
-                and DEFAULT_VECTOR_IR:
+                and P >= 16 and DEFAULT_VECTOR_IR:
             # a spatial conv into a few channels (a detector's score map): vectors along the pixels
             wide = oc <= few[0] and ow >= few[1]
             return self.space(wl, target).validate({**base, "algo": "direct", "vec": "px", "regtile": few[2] if wide

@@ -115,15 +115,15 @@ BLOCKED_WIDE = {(8, 16): "4x24"}
 # 64->24 @28 338 -> 260 us (onnxruntime 263), 32->24 @56 903 -> 667 (673), 24->72 @28 353 -> 335,
 # 40->120 @14 216 -> 211; where both leave as many empty (40, 48 channels) they ran alike
 BLOCKED_MIN_OC = 8
-# on the vector shapes of FEW_OC_PX_TILE, stride-1 spatial convs into at most this many channels
-# on planes of 16 pixels or more do not take the blocked kernel by default: its vectors run along
-# the output channels (16 a tile on AVX2), so one channel used a 16th of each FMA. Vectors along
-# the pixels instead (direct vec=px, vector IR), 3x3, 1 thread, CPU time (AMD EPYC Zen 3,
-# 2026-12-07): paddle_det's 16->1 @12x20 (batch 2) 32 -> 14 us, 32->1 @40 182 -> 67, 64->4 @20
-# 88 -> 40, 64->2 @20 91 -> 40, 32->8 @28 92 -> 60, 16->8 @56 202 -> 108, 64->2 @12 33 -> 34 (the
-# default before took im2col's SLP panels on rows under 14: 91); at 12 and 16 channels both ran
-# alike; strided (64->4 /2 @12) they took turns being faster, so strided convs keep the blocked
-# kernel. Measured on AVX2 only: AVX-512 keeps it too
+# on the vector shapes of FEW_OC_PX_TILE, stride-1 spatial convs into at most this many channels,
+# on planes of 16 pixels or more, that would take the blocked kernel (16 input channels or more)
+# do not by default: its vectors run along the output channels (16 a tile on AVX2), so one
+# channel used a 16th of each FMA. Vectors along the pixels instead (direct vec=px, vector IR),
+# 3x3, 1 thread, CPU time (AMD EPYC Zen 3, 2026-12-07): paddle_det's 16->1 @12x20 (batch 2) 32 ->
+# 14 us, 32->1 @40 182 -> 67, 64->4 @20 88 -> 40, 64->2 @20 91 -> 40, 32->8 @28 92 -> 60, 16->8
+# @56 202 -> 108, 64->2 @12 33 -> 34; at 12 and 16 channels both ran alike; strided (64->4 /2 @12)
+# they took turns being faster, so strided convs keep the blocked kernel. Measured on AVX2 only:
+# AVX-512 keeps it too
 FEW_OC_PX_TILE = {(8, 16): (4, 20, "4x24")}
 # per vector shape: (channels, row, tile): convs into at most that many channels, stride 1, rows
 # of at least that many pixels take 4 channels x 24 pixels (16->1 @12x20 24 -> 20 us, 32->1 @40
@@ -383,9 +383,9 @@ class Conv2dTemplate(Template):
         px_tiles = pick_tiles(PX_TILES, *shape)
         px_code = tile_codes(target)[1] if DEFAULT_VECTOR_IR else "slp"
         few = FEW_OC_PX_TILE.get(shape)
-        if few is not None and not one and oc <= BLOCKED_MIN_OC and (geo["SH"], geo["SW"]) == (1, 1) \
+        if few is not None and blocked and oc <= BLOCKED_MIN_OC and (geo["SH"], geo["SW"]) == (1, 1) \
                 and P >= 16 and DEFAULT_VECTOR_IR:
-            # a spatial conv into a few channels (a detector's score map): vectors along the pixels
+            # a deep spatial conv into a few channels (a detector's score map): vectors along the pixels
             wide = oc <= few[0] and ow >= few[1]
             return self.space(wl, target).validate({**base, "algo": "direct", "vec": "px", "regtile": few[2] if wide
                                                     else px_tiles[2], "tile_code": px_code})

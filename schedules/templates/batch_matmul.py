@@ -94,8 +94,7 @@ class BatchMatmulTemplate(Template):
             shape = tuple(int(d) for d in wl.inputs[e.input_index]["shape"])   # through a table, not copied
             if e.param in bcast:
                 tables[f"ie_{e.param}"] = _batch_index(((1,) * (len(out_shape) - len(shape)) + shape)[:-2], batch)
-                extras.append(In(e.input_index, (_prod(shape[:-2]) * (M if bcast[e.param] else 1), N),
-                                 "bool" if e.dtype == "bool" else "float32"))
+                extras.append(In(e.input_index, (_prod(shape[:-2]) * bcast[e.param], N), "bool" if e.dtype == "bool" else "float32"))
             else:
                 extras.append(e.arg(wl, nb * M, N, out_shape))
         n_row_tiles = -(-M // mr)
@@ -107,28 +106,30 @@ class BatchMatmulTemplate(Template):
         return Lowered(module, Launch((call,), tables=tables))
 
 
-def _batch_broadcast(e, shape: tuple, out_shape: tuple) -> bool:
-    """A full extra whose matrices are the output's [M, N], or rows [1, N] that every output row
-    reads, and whose batch dims broadcast: each output batch reads one of its matrices (table
-    `ie_<param>`), where a pre-broadcast copy per call made its step read the extra through Python
-    (GPT-2's causal mask [1, 1, S, S]; an sdpa export's padding mask [B, 1, 1, S]: `Calls.dynamic`)."""
+def _batch_broadcast(e, shape: tuple, out_shape: tuple) -> int | None:
+    """The rows of each matrix (M, or 1: a row every output row reads) of a full extra whose
+    matrices are the output's [M, N] or [1, N] and whose batch dims broadcast, else None. Each
+    output batch reads one of its matrices (table `ie_<param>`), where a pre-broadcast copy per call
+    made its step read the extra through Python (GPT-2's causal mask [1, 1, S, S]; an sdpa
+    export's padding mask [B, 1, 1, S]: `Calls.dynamic`)."""
+    if e.mode != "full" or len(out_shape) < 2:
+        return None
     s = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
-    return e.mode == "full" and len(out_shape) >= 2 and s != tuple(out_shape) and s[-1] == out_shape[-1] \
-        and s[-2] in (1, out_shape[-2])
+    ok = s != tuple(out_shape) and s[-1] == out_shape[-1] and s[-2] in (1, out_shape[-2])
+    return s[-2] if ok else None
 
 
 def _bcast_params(wl: Workload, epi: Epilogue) -> dict:
-    """{param: whether its matrices have the output's M rows (else one row each)} of the extras
-    read through a batch table (`_batch_broadcast`)."""
+    """{param: rows of each of its matrices} of the extras read through a batch table (`_batch_broadcast`)."""
     out_shape = tuple(int(d) for d in wl.output_shape)
-    shapes = {e.param: tuple(int(d) for d in wl.inputs[e.input_index]["shape"]) for e in epi.extras}
-    return {e.param: shapes[e.param][-2] == out_shape[-2] if len(shapes[e.param]) >= 2 else False
-            for e in epi.extras if _batch_broadcast(e, shapes[e.param], out_shape)}
+    rows = {e.param: _batch_broadcast(e, tuple(int(d) for d in wl.inputs[e.input_index]["shape"]), out_shape)
+            for e in epi.extras}
+    return {p: r for p, r in rows.items() if r is not None}
 
 
 def _bcast_rows(bcast: dict, i: str) -> dict:
     """The row of each table-read extra that output row `i` of batch `bt` reads."""
-    return {p: f"ie_{p}[bt] * M + {i}" if whole else f"ie_{p}[bt]" for p, whole in (bcast or {}).items()}
+    return {p: f"ie_{p}[bt]" if rows == 1 else f"ie_{p}[bt] * M + {i}" for p, rows in bcast.items()}
 
 
 def _prod(dims) -> int:
@@ -144,7 +145,7 @@ def _batch_index(dims: tuple, batch: tuple) -> np.ndarray:
     return np.array(np.broadcast_to(np.arange(_prod(dims)).reshape(dims), batch).reshape(-1), np.int64)
 
 
-def _store(epi: Epilogue, value: str, bcast: dict | None = None) -> tuple:
+def _store(epi: Epilogue, value: str, bcast: dict) -> tuple:
     """out[bt * M + i, j] = the epilogue of `value`, at unsigned indices (`unsigned`: with numba's
     wraparound selects an edge tile's loop stayed scalar)."""
     assigns, result = epi.emit("v", "ru", "ju", "e", rows={p: unsigned(r) for p, r in _bcast_rows(bcast, "i").items()})
@@ -152,7 +153,7 @@ def _store(epi: Epilogue, value: str, bcast: dict | None = None) -> tuple:
         + tuple(Assign(n, e) for n, e in assigns) + (Assign("out[ru, ju]", result),)
 
 
-def _edge_store(nr: int, epi: Epilogue, bcast: dict | None = None) -> tuple:
+def _edge_store(nr: int, epi: Epilogue, bcast: dict) -> tuple:
     """The body of the loop over r that stores row r of the scratch tile `ct` (a tile cut by
     M or N) where it lies inside `out`, with the epilogue."""
     return (Assign("i", "i0 + r"), If("i < M", (For("c", "0", f"min({nr}, N - j0)", (
@@ -170,7 +171,7 @@ def _pack_edge(nr: int, bt: str) -> tuple:
     )),)),)),)
 
 
-def _kernel(mr: int, nr: int, epi: Epilogue, lanes: int | None = None, bcast: dict | None = None) -> Function:
+def _kernel(mr: int, nr: int, epi: Epilogue, lanes: int | None, bcast: dict) -> Function:
     """`lanes`: the tiles as LLVM vector IR of that width (`codegen.vector_tile`), reading
     A and B in place by element offsets; None: scalar locals for LLVM's SLP pass. `bcast`: the
     extras read through a batch table (`_batch_broadcast`).
@@ -180,7 +181,6 @@ def _kernel(mr: int, nr: int, epi: Epilogue, lanes: int | None = None, bcast: di
     tile's rows past M read A's row M - 1 again, the column edge reads B's last panel from a
     zero-padded copy (`_pack_edge`); a tile cut by M or N is stored to the scratch tile `ct`
     and what lies inside `out` is stored from there with the epilogue (`_edge_store`)."""
-    bcast = bcast or {}
     # the tile goes to out from registers (vector stores); a short epilogue is applied to the
     # accumulators before, a long one (or any, after a vector-IR tile) runs over the stored tile after
     in_registers = register_epilogue(epi, mr, nr, lambda r: f"bt * M + i0 + {r}", "j0",

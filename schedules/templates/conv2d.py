@@ -358,16 +358,17 @@ class Conv2dTemplate(Template):
         one = geo["KH"] * geo["KW"] == 1
         cg = int(wl.inputs[1]["shape"][1])
         shape = vector_shape(target)
+        stride1 = (geo["SH"], geo["SW"]) == (1, 1)
         small_map_cg = SMALL_MAP_BLOCKED_CG.get(shape)
         blocked = not one and (cg >= 16 or small_map_cg is not None and cg >= small_map_cg and oc > BLOCKED_MIN_OC
-                               and ow < 14 and (geo["SH"], geo["SW"]) == (1, 1) and DEFAULT_VECTOR_IR)
+                               and ow < 14 and stride1 and DEFAULT_VECTOR_IR)
         gemm_pixels = pick_tiles(GEMM_1X1_PIXELS_BY_SHAPE, *shape)   # the plane GEMM's smallest plane
         deep_cg = SMALL_PLANE_1X1_DEEP.get(shape)
-        small_1x1 = one and (geo["SH"], geo["SW"]) == (1, 1) and deep_cg is not None and DEFAULT_VECTOR_IR \
+        small_1x1 = one and stride1 and deep_cg is not None and DEFAULT_VECTOR_IR \
             and 16 <= P < gemm_pixels
         if small_1x1 and cg > deep_cg:
             blocked = True   # a deep reduction over a small plane (`SMALL_PLANE_1X1_DEEP`)
-        if one and (geo["SH"], geo["SW"]) != (1, 1) and P <= 16 and cg >= 64 and DEFAULT_VECTOR_IR \
+        if one and not stride1 and P <= 16 and cg >= 64 and DEFAULT_VECTOR_IR \
                 and _blocked_by_plane(shape):
             # a strided 1x1 onto a plane of at most 16 pixels (ResNet-18's 1x1/2 downsamples @4x4
             # and @2x2 at 64x64): the blocked kernel (its pad is the subsample), 1.6-1.7x faster than
@@ -383,8 +384,7 @@ class Conv2dTemplate(Template):
         px_tiles = pick_tiles(PX_TILES, *shape)
         px_code = tile_codes(target)[1] if DEFAULT_VECTOR_IR else "slp"
         few = FEW_OC_PX_TILE.get(shape)
-        if few is not None and blocked and oc <= BLOCKED_MIN_OC and (geo["SH"], geo["SW"]) == (1, 1) \
-                and P >= 16 and DEFAULT_VECTOR_IR:
+        if few is not None and blocked and oc <= BLOCKED_MIN_OC and stride1 and P >= 16 and DEFAULT_VECTOR_IR:
             # a deep spatial conv into a few channels (a detector's score map): vectors along the pixels
             wide = oc <= few[0] and ow >= few[1]
             return self.space(wl, target).validate({**base, "algo": "direct", "vec": "px", "regtile": few[2] if wide
@@ -400,7 +400,7 @@ class Conv2dTemplate(Template):
             deep = px_code != "slp" and shape in PX_DEEP_TILE and cg >= 64 and oc >= 64 and P <= 256
             plane_tile = PX_DEEP_TILE[shape] if deep else \
                 PX_PLANE_TILE.get(shape, px_tiles[0]) if px_code != "slp" else px_tiles[0]
-            if (geo["SH"], geo["SW"]) != (1, 1) and P < 2 * _tile_dims(px_tiles[0])[1] and not deep:
+            if not stride1 and P < 2 * _tile_dims(px_tiles[0])[1] and not deep:
                 # a strided plane of less than two pixel tiles (ResNet-18's 1x1/2 @14: 49 pixels, 64
                 # computed): pixels x channels tiles over im2col's panel (its packing is the subsample
                 # step), one channel tile over all pixels a work item: 1.15x faster than the SLP 8x32 (Xeon,

@@ -146,6 +146,21 @@ def _reshape_groups(ins, outs):
     return groups
 
 
+def _axis_groups(axes, joins) -> list[list[int]]:
+    """`axes` in runs of adjacent ones: axis a joins the run before it where `joins(run, a)`."""
+    groups: list[list[int]] = []
+    for a in axes:
+        if groups and joins(groups[-1], a):
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+    return groups
+
+
+def _merged_shape(shape, groups) -> tuple:
+    return tuple(math.prod(shape[a] for a in g) for g in groups)
+
+
 def _merged_axes(types: dict, out_shape: tuple) -> dict:
     """`types` with the output's axes merged where every value agrees: adjacent axes that each
     value (right-aligned to the output) holds whole in both or broadcasts in both read as one, and
@@ -154,16 +169,11 @@ def _merged_axes(types: dict, out_shape: tuple) -> dict:
     ran rows of 5 with three divisions each, now (192, 20) x (192, 1)."""
     R = len(out_shape)
     padded = {r: (1,) * (R - len(sh)) + tuple(sh) for r, (sh, _) in types.items()}
-    kept = [a for a in range(R) if out_shape[a] != 1]
-    groups: list[list[int]] = []
-    for a in kept:
-        if groups and all((p[a] == 1) == (p[groups[-1][-1]] == 1) for p in padded.values()):
-            groups[-1].append(a)
-        else:
-            groups.append([a])
+    groups = _axis_groups([a for a in range(R) if out_shape[a] != 1],
+                          lambda run, a: all((p[a] == 1) == (p[run[-1]] == 1) for p in padded.values()))
     if len(groups) == R:
         return types
-    return {r: (tuple(math.prod(padded[r][a] for a in g) for g in groups), dt) for r, (_, dt) in types.items()}
+    return {r: (_merged_shape(padded[r], groups), dt) for r, (_, dt) in types.items()}
 
 
 def _merged_copy(wl: Workload, types: dict) -> Workload | None:
@@ -200,17 +210,12 @@ def _merged_copy(wl: Workload, types: dict) -> Workload | None:
                 if step != 1:
                     no_outer.add(a)
         params[k] = known
-    groups: list[list[int]] = []
-    for a in range(R):
-        if groups and a not in no_inner and groups[-1][0] not in no_outer:
-            groups[-1].append(a)
-        else:
-            groups.append([a])
+    groups = _axis_groups(range(R), lambda run, a: a not in no_inner and run[0] not in no_outer)
     if len(groups) == R:
         return None
 
     def merged(shape):
-        return [math.prod(shape[a] for a in g) for g in groups]
+        return list(_merged_shape(shape, groups))
     inputs = [dict(i) for i in wl.inputs]
     for r in data:
         if r.startswith("i"):

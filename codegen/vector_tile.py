@@ -332,6 +332,85 @@ def row_taps(typingctx, X, x_offsets, x_rowstride, Wt, w_offset, bias, C, c_offs
 
 
 @intrinsic(prefer_literal=True)
+def block_taps(typingctx, X, x_offsets, x_rowstride, Wt, w_offset, bias, b_offset, C, c_offset, c_chanstride,
+               lo, hi, KH, KW, DW, CB, SWISH):
+    """A depthwise conv's tile of TP output pixels x CB channels of a block (`dw_blocked`), in
+    registers, stored into NCHW rows:
+
+        C[c_offset + q * c_chanstride + p] = clamp(bias[b_offset + q] + sum over kh < KH, kw < KW
+            of Wt[w_offset + (kh * KW + kw) * CB + q] * X[x_offsets[p] + kh * x_rowstride + kw * DW * CB + q], lo, hi)
+
+    (TP = len(x_offsets): each pixel's window start in the channel-blocked input, element
+    (pixel, channel) at pixel * CB + channel; x_rowstride: the input row step of a kernel row,
+    dilation included). Per tap one weight vector (the block's CB channels) and per pixel one
+    input vector and one FMA; the bias vector starts the accumulators; Relu or ReLU6 (or
+    nothing: -inf, inf) in registers, and where SWISH is 1 then HardSwish, v * clamp(v / 6 +
+    1 / 2, 0, 1) (MobileNetV3's). The TP x CB tile is then transposed in registers
+    (`_transpose`, CB * log2(CB) shuffles) and stored as CB runs of TP contiguous pixels, one
+    per channel plane. Written in Python, the tile was SLP code whose per-channel stores LLVM
+    built from ~15 inserts and blends a stored vector, more than the tile's FMAs. TP <= CB; KH,
+    KW, DW, CB (a power of two: the lanes), SWISH (0 or 1) integer literals; nothing is
+    bounds-checked; float32."""
+    kh_, kw_, dw_, cb, swish = (_literal_int(t, n) for t, n in ((KH, "KH"), (KW, "KW"), (DW, "DW"), (CB, "CB"),
+                                                                 (SWISH, "SWISH")))
+    if cb < 2 or cb & (cb - 1) or min(kh_, kw_, dw_) < 1 or swish not in (0, 1):
+        raise TypingError(f"block_taps: CB={cb} must be a power of two; KH, KW, DW >= 1; SWISH 0 or 1")
+    _require_arrays("block_taps", (("X", X), ("Wt", Wt), ("bias", bias), ("C", C)))
+    _require_offsets("block_taps", "x_offsets", x_offsets, "one per pixel")
+    tp = len(x_offsets)
+    if tp > cb:
+        raise TypingError(f"block_taps: {tp} pixels a tile, more than CB={cb}")
+    _require_integers("block_taps", (("x_rowstride", x_rowstride), ("w_offset", w_offset), ("b_offset", b_offset),
+                                     ("c_offset", c_offset), ("c_chanstride", c_chanstride)))
+    for name, t in (("lo", lo), ("hi", hi)):
+        if not isinstance(t, types.Float):
+            raise TypingError(f"block_taps: {name} must be a float, got {t}")
+    sig = types.void(X, x_offsets, x_rowstride, Wt, w_offset, bias, b_offset, C, c_offset, c_chanstride,
+                     lo, hi, KH, KW, DW, CB, SWISH)
+
+    def codegen(context, builder, sig, args):
+        def i64(i):
+            return context.cast(builder, args[i], sig.args[i], types.int64)
+
+        x_rs, w_off, b_off, c_off, c_cs = i64(2), i64(4), i64(6), i64(8), i64(9)
+        low, high = (context.cast(builder, args[i], sig.args[i], types.float32) for i in (10, 11))
+        x_data, w_data, b_data, c_data = (context.make_array(sig.args[i])(context, builder, args[i]).data
+                                          for i in (0, 3, 5, 7))
+        pixels = [context.cast(builder, v, t, types.int64)
+                  for v, t in zip(cgutils.unpack_tuple(builder, args[1], tp), sig.args[1])]
+        vty, _, fma, _, vector_at, splat = _vector_kit(builder, cb, cb)
+        b = builder.load(vector_at(b_data, b_off), align=4)
+        accs = [b] * tp
+        for kh in range(kh_):
+            row_base = [builder.add(x, builder.mul(x_rs, ir.Constant(_I64, kh))) for x in pixels]
+            for kw in range(kw_):
+                w = builder.load(vector_at(w_data, builder.add(w_off, ir.Constant(_I64, (kh * kw_ + kw) * cb))),
+                                 align=4)
+                for p in range(tp):
+                    x = builder.load(vector_at(x_data, builder.add(row_base[p], ir.Constant(_I64, kw * dw_ * cb))),
+                                     align=4)
+                    accs[p] = builder.call(fma, [x, w, accs[p]])
+        lo_v, hi_v = splat(low), splat(high)
+        rows = [_clamp(builder, a, lo_v, hi_v) for a in accs]
+        if swish:
+            sixth, half = (ir.Constant(vty, [v] * cb) for v in (1.0 / 6.0, 0.5))
+            zero, one = (ir.Constant(vty, [v] * cb) for v in (0.0, 1.0))
+            rows = [builder.fmul(v, _clamp(builder, builder.call(fma, [v, sixth, half]), zero, one)) for v in rows]
+        rows += [ir.Constant(vty, ir.Undefined)] * (cb - tp)
+        run = ir.VectorType(_F32, tp)
+        first = ir.Constant(ir.VectorType(ir.IntType(32), tp), list(range(tp)))
+        c_base = builder.gep(c_data, [c_off])
+        for q, col in enumerate(_transpose(builder, rows, cb)):
+            if tp < cb:
+                col = builder.shuffle_vector(col, ir.Constant(vty, ir.Undefined), first)
+            at = builder.gep(c_base, [builder.mul(c_cs, ir.Constant(_I64, q))])
+            builder.store(col, builder.bitcast(at, run.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic(prefer_literal=True)
 def plane_taps(typingctx, X, x_offset, x_rowstride, x_chanstride, h0, H, W, j0, Wt, w_offset, w_chanstride, bias,
                b_offset, C, c_offset, c_rowstride, c_chanstride, n_rows, n_cols, lo, hi,
                MR, SH, KH, KW, DH, DW, S, CI, MO, NR, LANES):

@@ -138,6 +138,14 @@ class Epilogue:
             bounds.append(dict(assigns)[result] if assigns else result)
         return bounds[0], bounds[1]
 
+    @property
+    def hard_swish(self) -> bool:
+        """Whether the epilogue is one HardSwish of the chain and nothing else (MobileNetV3's
+        convs): a vector tile (`codegen.vector_tile.block_taps`) applies it in registers, as
+        `clamp_bounds` lets it apply Relu and ReLU6, instead of a second pass over its output."""
+        return len(self.steps) == 1 and not self.extras and self.steps[0][0]["op"] == "HardSwish" \
+            and tuple(self.steps[0][1]) == ("chain",)
+
     def prelude(self) -> tuple:
         """What a function taking `params()` runs first: its scalar extras (Clip's bounds, as
         exporters write ReLU6) read once into locals. Read as `e0[0]` at every element, LLVM

@@ -51,7 +51,7 @@ def precompile(template_name: str, pairs) -> None:
 
 def conv_wl(n, c, h, w, oc, k=3, s=1, p=1, d=1, g=1, bias=True, epi=()):
     """Conv (+ bias) with an epilogue: "relu", "res" (residual input), "chan" (per-channel scale input),
-    "clip" (Clip with scalar bound inputs, as ReLU6 is exported)."""
+    "hardswish", "clip" (Clip with scalar bound inputs, as ReLU6 is exported)."""
     ops = [("Conv", ["i0", "i1"] + (["i2"] if bias else []),
             {"strides": [s, s], "pads": [p] * 4, "dilations": [d, d], "group": g, "kernel_shape": [k, k]})]
     ins = [((n, c, h, w), "float32", False), ((oc, c // g, k, k), "float32", True)] + ([((oc,), "float32", True)] if bias else [])
@@ -66,6 +66,8 @@ def conv_wl(n, c, h, w, oc, k=3, s=1, p=1, d=1, g=1, bias=True, epi=()):
         elif e == "chan":
             ins.append(((1, oc, 1, 1), "float32", True))
             ops.append(("Mul", [last, f"i{len(ins) - 1}"], {}))
+        elif e == "hardswish":
+            ops.append(("HardSwish", [last], {}))
         elif e == "clip":   # ReLU6 as exporters write it: Clip with its bounds as scalar inputs
             ins += [((), "float32", True), ((), "float32", True)]
             ops.append(("Clip", [last, f"i{len(ins) - 2}", f"i{len(ins) - 1}"], {}))

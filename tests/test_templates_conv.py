@@ -208,13 +208,42 @@ def test_depthwise_vector_ir_tile_matches_numpy(wl, tile):
     check(CONV, wl, cfg)
 
 
-def test_only_the_depthwise_algorithm_has_a_vector_ir_tile():
-    wl = depthwise_wl(1, 16, 12, 12, s=2, epi=("relu",))
-    space = CONV.space(wl)
-    with pytest.raises(ConfigError, match="dw_blocked's tile is SLP"):
-        space.validate({**CONV.default_config(wl).to_json(), "algo": "dw_blocked", "tile_code": tile_codes()[1]})
-    recorded = {k: v for k, v in CONV.default_config(wl).to_json().items() if k != "tile_code"}
-    assert space.validate(recorded)["tile_code"] == "slp"   # records made before the knob run the code they ran
+@pytest.mark.parametrize("wl, tile", [
+    (depthwise_wl(1, 16, 12, 20, s=2, epi=("relu",)), "8x8"),                  # every tile full: no SLP code
+    (depthwise_wl(2, 13, 9, 11, s=2, epi=("clip",)), "8x8"),                   # a partial block: its tiles SLP
+    (depthwise_wl(1, 8, 9, 6, k=5, s=1, p=2, epi=("relu",)), "8x8"),           # rows narrower than the tile
+    (depthwise_wl(1, 24, 10, 13, k=3, s=1, p=2, d=2, epi=("chan", "relu")), "4x8"),   # dilation, then the epilogue
+    (depthwise_wl(2, 16, 8, 10, k=5, s=2, p=2, epi=("hardswish",)), "4x8"),    # HardSwish in registers
+    (depthwise_wl(1, 8, 11, 11, k=3, s=1, p=1, bias=False), "4x8"),            # no epilogue, no bias
+], ids=["full", "partial-block", "narrow", "dilated-chan", "hardswish", "plain"])
+def test_dw_blocked_vector_ir_tile_matches_numpy(wl, tile):
+    """dw_blocked with tile_code vec<lanes>: a full tile is one `block_taps` call (bias,
+    Relu/ReLU6/HardSwish in registers, transposed NCHW stores), another epilogue run over the
+    stored tile after; partial tiles take the SLP tile, which is left out where none exists."""
+    cfg = config(wl, algo="dw_blocked", regtile=tile, PB=4, tile_code=tile_codes()[1])
+    src = render(CONV.lower(wl, cfg).module)
+    assert "block_taps(" in src
+    tp, cb = (int(v) for v in tile.split("x"))
+    full = int(wl.inputs[0]["shape"][1]) % cb == 0 and int(wl.output_shape[3]) >= tp
+    assert ("SLP-vectorized" in src) == (not full)
+    check(CONV, wl, cfg)
+
+
+def test_dw_blocked_vector_ir_tile_only_where_it_fits():
+    """block_taps stores the block's channels as the output's: a channel multiplier or a residual
+    input (which may be the output buffer itself) keeps dw_blocked's SLP tile; records made
+    before the knob run the code they ran."""
+    code = tile_codes()[1]
+    fits = depthwise_wl(1, 16, 12, 12, s=2, epi=("relu",))
+    assert CONV.space(fits).validate({**CONV.default_config(fits).to_json(), "algo": "dw_blocked",
+                                      "regtile": "8x8", "tile_code": code})["tile_code"] == code
+    for wl in (depthwise_wl(1, 16, 12, 12, mult=2, s=2, epi=("relu",)), depthwise_wl(1, 16, 12, 12, s=2, epi=("res",))):
+        with pytest.raises(ConfigError, match="block_taps"):
+            CONV.space(wl).validate({**CONV.default_config(wl).to_json(), "algo": "dw_blocked", "regtile": "8x8",
+                                     "PB": 16, "tile_code": code})
+    recorded = {k: v for k, v in config(fits, algo="dw_blocked", regtile="8x8", PB=16).to_json().items()
+                if k != "tile_code"}
+    assert CONV.space(fits).validate(recorded)["tile_code"] == "slp"
 
 
 def test_dw_blocked_stride_one_matches_numpy(compiled):
@@ -259,17 +288,20 @@ def test_depthwise_rows_reads_nchw_with_edges_strides_and_small_planes(compiled)
         check(CONV, wl, cfg)
 
 
-def test_depthwise_default_reads_nchw_on_wide_stride_one_maps():
-    """Stride 1 with rows of >= 12 pixels: the NCHW `depthwise` kernel; strided convs and small
-    maps: channel blocks (`dw_blocked`), on AVX2; AVX-512 reads the NCHW plane in place on rows of
-    >= 8 pixels, strided too (`dw_plane`)."""
-    assert CONV.default_config(depthwise_wl(1, 144, 24, 24), AVX2)["algo"] == "depthwise"
-    assert CONV.default_config(depthwise_wl(1, 96, 48, 48, s=2), AVX2)["algo"] == "dw_blocked"
+def test_depthwise_defaults_by_target():
+    """AVX2: channel blocks (`dw_blocked`) with the vector-IR tile (`block_taps`) at any stride
+    and row width; with a residual input or a channel multiplier (which that tile does not
+    take), stride 1 on rows of >= 12 pixels reads NCHW as it is (`depthwise`), the rest SLP
+    channel blocks. AVX-512 reads the NCHW plane in place on rows of >= 8 pixels, strided too
+    (`dw_plane`)."""
+    code = tile_codes(AVX2)[1]
+    for wl in (depthwise_wl(1, 144, 24, 24), depthwise_wl(1, 96, 48, 48, s=2), depthwise_wl(1, 960, 7, 7)):
+        assert (CONV.default_config(wl, AVX2)["algo"], CONV.default_config(wl, AVX2)["tile_code"]) == ("dw_blocked", code)
+    assert CONV.default_config(depthwise_wl(1, 144, 24, 24, epi=("res",)), AVX2)["algo"] == "depthwise"
+    assert CONV.default_config(depthwise_wl(1, 96, 48, 48, mult=2, s=2), AVX2)["tile_code"] == "slp"
     for wl in (depthwise_wl(1, 144, 24, 24), depthwise_wl(1, 96, 48, 48, s=2), depthwise_wl(1, 96, 8, 8, k=5, p=2)):
         assert CONV.default_config(wl, AVX512)["algo"] == "dw_plane"
-    for target in (AVX2, AVX512):
-        assert CONV.default_config(depthwise_wl(1, 960, 7, 7), target)["algo"] == "dw_blocked"
-
+    assert CONV.default_config(depthwise_wl(1, 960, 7, 7), AVX512)["algo"] == "dw_blocked"
 
 
 def test_pointwise_direct_px_is_a_gemm_stored_from_registers():
@@ -643,21 +675,20 @@ def test_dw_blocked_avx512_channel_blocks_match_numpy(wl, tile):
 @pytest.mark.parametrize("h, avx512", [(48, "4x16"), (24, "4x32"), (14, "4x16"), (12, "4x16"), (8, "4x8")])
 def test_depthwise_default_tiles_per_vector_shape(h, avx512):
     """Stride-1 depthwise convs: on AVX-512 `dw_plane` with tiles as wide as the row wastes least
-    (rows of 48: 3 tiles of 16; of 24: one of 32); on AVX2 the `depthwise` row_taps tile 4x8
-    (rows of >= 12 pixels), as vector-IR code of the target's lanes with ReLU6 in registers; both
-    compute what NumPy does."""
+    (rows of 48: 3 tiles of 16; of 24: one of 32); on AVX2 `dw_blocked`'s block_taps tile, 8
+    pixels where the row holds 8 (else 4) x 8 channels, ReLU6 in registers (no pass over the
+    stored tile); both compute what NumPy does."""
     wl = depthwise_wl(1, 24, h, h, k=3, s=1, p=1, epi=("clip",))
     cfg = CONV.default_config(wl, AVX512)
     assert (cfg["algo"], cfg["regtile"], cfg["tile_code"]) == ("dw_plane", avx512, "vec16")
     src = render(CONV.lower(wl, cfg).module)
     assert "plane_taps(" in src and "oimg[ob" not in src   # ReLU6 in registers: no pass over the tile
     check(CONV, wl, cfg)
-    if h >= 12:
-        cfg = CONV.default_config(wl, AVX2)
-        assert (cfg["algo"], cfg["regtile"], cfg["tile_code"]) == ("depthwise", "4x8", "vec8")
-        src = render(CONV.lower(wl, cfg).module)
-        assert "row_taps(" in src and "oimg[uq]" not in src
-        check(CONV, wl, cfg)
+    cfg = CONV.default_config(wl, AVX2)
+    assert (cfg["algo"], cfg["regtile"], cfg["tile_code"]) == ("dw_blocked", "8x8", "vec8")
+    src = render(CONV.lower(wl, cfg).module)
+    assert "block_taps(" in src and "oimg[ur]" not in src
+    check(CONV, wl, cfg)
 
 
 def test_dw_blocked_tiles_follow_the_vector_shape():
@@ -698,13 +729,13 @@ def test_dw_plane_matches_numpy(wl, tile):
 
 def test_dw_plane_is_the_avx512_default_for_rows_of_8_or_more():
     """AVX-512: stride-1 and stride-2 depthwise convs with rows of >= 8 output pixels default to
-    dw_plane (`dw_plane_tile`); rows of 7 and AVX2's strided convs keep dw_blocked. The algorithm is
+    dw_plane (`dw_plane_tile`); rows of 7 keep dw_blocked, as AVX2 does everywhere. The algorithm is
     offered where a tap's shift stays within a vector ((KW - 1) * DW <= 4), as vector-IR code only."""
     for h, s, tile in ((48, 2, "4x32"), (24, 2, "4x16"), (112, 2, "4x32"), (16, 2, "4x8"), (56, 1, "4x32")):
         wl = depthwise_wl(1, 32, h, h, k=3, s=s, p=1, epi=("clip",))
         cfg = CONV.default_config(wl, AVX512)
         assert (cfg["algo"], cfg["regtile"], cfg["tile_code"]) == ("dw_plane", tile, "vec16")
-        assert CONV.default_config(wl, AVX2)["algo"] == ("dw_blocked" if s == 2 else "depthwise")
+        assert CONV.default_config(wl, AVX2)["algo"] == "dw_blocked"
     assert CONV.default_config(depthwise_wl(1, 32, 14, 14, k=3, s=2, p=1), AVX512)["algo"] == "dw_blocked"
     assert CONV.default_config(depthwise_wl(1, 32, 30, 30, k=3, s=3, p=1), AVX512)["algo"] == "dw_blocked"
     for wl in (depthwise_wl(1, 8, 12, 12, k=7, p=3), depthwise_wl(1, 8, 12, 12, s=2, d=3)):

@@ -303,6 +303,50 @@ def test_row_taps_matches_numpy_and_writes_only_its_tile(backend, mr, nr, lanes,
         assert (C[~written] == -7).all()
 
 
+@pytest.mark.parametrize("tp,cb,kh,kw,dw", [(8, 8, 3, 3, 1), (4, 8, 5, 5, 1), (7, 16, 3, 3, 1), (8, 16, 3, 3, 2),
+                                         (1, 8, 1, 1, 1), (3, 4, 3, 2, 1)])
+def test_block_taps_matches_numpy_and_writes_only_its_tile(backend, tp, cb, kh, kw, dw):
+    """`block_taps`: TP pixels x CB channels of a depthwise window sum over a channel-blocked
+    buffer (pixel-major blocks of CB channels; per-pixel window offsets, a row stride for
+    kernel rows, dilation DW), the bias vector first, clamped to [lo, hi] and optionally
+    HardSwish; stored transposed as CB runs of TP pixels a channel stride apart, nothing else
+    written."""
+    from schedules.loopnest import Call
+    offsets = ", ".join(f"x0 + {p} * xs" for p in range(tp))
+    params = (Param("X", "float32[::1]"), Param("Wt", "float32[::1]"), Param("B", "float32[::1]"),
+              Param("C", "float32[::1]"), Param("lo", "float32"), Param("hi", "float32")) \
+        + tuple(Param(n, "int64") for n in ("x0", "xs", "xr", "wo", "bo", "co", "cs"))
+    fns = {}
+    for swish in (0, 1):
+        call = Call(f"block_taps(X, ({offsets},), xr, Wt, wo, B, bo, C, co, cs, lo, hi, {kh}, {kw}, {dw}, {cb}, {swish})")
+        fns[swish] = backend.load(backend.compile(LoopModule((Function("taps", params, (call,)),))))["taps"]
+    rng = np.random.default_rng(tp * cb + kh * kw)
+    xs = 2 * cb                                           # stride 2: pixels two blocks apart
+    xr = (tp * 2 + (kw - 1) * dw + 3) * cb                # a row of blocks
+    X = rng.standard_normal(xr * (kh + 2)).astype(np.float32)
+    Wt = rng.standard_normal(kh * kw * cb + 11).astype(np.float32)
+    B = rng.standard_normal(cb + 9).astype(np.float32)
+    x0, wo, bo, co, cs = 5, 3, 2, 4, tp + 6
+    want = np.tile(B[bo:bo + cb].astype(np.float64), (tp, 1))            # [pixel, channel]
+    for p in range(tp):
+        for i in range(kh):
+            for j in range(kw):
+                at = x0 + p * xs + i * xr + j * dw * cb
+                want[p] += Wt[wo + (i * kw + j) * cb: wo + (i * kw + j + 1) * cb] * X[at:at + cb].astype(np.float64)
+    written = np.zeros(co + cb * cs, bool)
+    for q in range(cb):
+        written[co + q * cs: co + q * cs + tp] = True
+    for swish, lo, hi in ((0, -np.inf, np.inf), (0, 0.0, np.inf), (0, -0.5, 0.75), (1, -np.inf, np.inf)):
+        C = np.full(co + cb * cs, -7.0, np.float32)
+        fns[swish](X, Wt, B, C, np.float32(lo), np.float32(hi), x0, xs, xr, wo, bo, co, cs)
+        v = np.clip(want, lo, hi)
+        if swish:
+            v = v * np.clip(v / 6 + 0.5, 0, 1)
+        tile = np.stack([C[co + q * cs: co + q * cs + tp] for q in range(cb)])   # [channel, pixel]
+        np.testing.assert_allclose(tile, v.T, rtol=1e-5, atol=1e-5)
+        assert (C[~written] == -7).all()
+
+
 @pytest.mark.parametrize("mr,sh,k,dh,sw,nr,lanes,ci,mo", [
     (4, 2, 3, 1, 2, 32, 16, 1, 1), (2, 2, 3, 1, 2, 16, 16, 1, 1), (3, 2, 5, 1, 2, 32, 16, 1, 1),
     (2, 1, 3, 2, 2, 16, 8, 1, 1), (4, 2, 3, 1, 2, 16, 8, 1, 1), (1, 2, 1, 1, 2, 8, 4, 1, 1),

@@ -113,11 +113,17 @@ def fill_band(cb: int, geo: dict) -> tuple:
     )
 
 
-def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int) -> Function:
+def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int, vector: bool = False, full: bool = False) -> Function:
     """The kernel: copy t of T's share of the work items of (n, block, band of PB output rows); per item the
     band's input rows into the thread-local `xb` (`fill_band`: it stays in cache, where a
     separate pad pass wrote the whole regrouped map to memory and the kernel read it back),
-    then per channel multiplier m and output row, tiles of TP pixels x CB channels."""
+    then per channel multiplier m and output row, tiles of TP pixels x CB channels.
+
+    `vector` (tile_code vec<lanes>; one channel copy per input channel, no residual extra): a
+    full tile is one `codegen.vector_tile.block_taps` call (Relu/ReLU6 in registers, the
+    transposed stores as vector shuffles), any other epilogue run over its stored pixels
+    after; the SLP tile stays for partial tiles, and is left out where every tile is full
+    (`full`: whole channel blocks, rows of at least TP pixels)."""
     g = geo
     acc = [[f"c{r}_{q}" for q in range(cb)] for r in range(tp)]
     tap = (
@@ -139,14 +145,23 @@ def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int) -> Function:
     # without a residual (which could be the output buffer itself), a row's last tile
     # moves left to end at the row's end: it recomputes a few pixels, but stores a full tile
     ow0 = f"min(owt * {tp}, max(0, OW - {tp}))" if not epi.reads_output_sized else f"owt * {tp}"
-    tile = (
-        Assign("ow0", ow0),
-        *(Assign(f"o{r}", f"np.uint64(rowo + min(ow0 + {r}, OW - 1) * {g['SW'] * cb})") for r in range(tp)),
+    slp = (
         *(Assign(acc[r][q], F0) for r in range(tp) for q in range(cb)),
         Comment(f"{tp}x{cb} depthwise tile (pixels x channels of a block), SLP-vectorized along channels"),
         For("kh", "0", str(g["KH"]), (For("kw", "0", str(g["KW"]), tap),)),
-        If(f"ow0 + {tp} <= OW and cbk * {cb} + {cb} <= C", fast,
-           tuple(Assign(f"ct[{r}, {q}]", acc[r][q]) for r in range(tp) for q in range(cb)) + store),
+    )
+    partial = tuple(Assign(f"ct[{r}, {q}]", acc[r][q]) for r in range(tp) for q in range(cb)) + store
+    full_tile = f"ow0 + {tp} <= OW and cbk * {cb} + {cb} <= C"
+    if not vector:   # the accumulators before the branch: both stores read them
+        tail = slp + (If(full_tile, fast, partial),)
+    elif full:       # every tile full: no SLP code at all
+        tail = _block_taps_tile(tp, cb, g, epi)
+    else:
+        tail = (If(full_tile, _block_taps_tile(tp, cb, g, epi), slp + partial),)
+    tile = (
+        Assign("ow0", ow0),
+        *(Assign(f"o{r}", f"np.uint64(rowo + min(ow0 + {r}, OW - 1) * {g['SW'] * cb})") for r in range(tp)),
+        *tail,
     )
     band_rows = f"(min(PB, OH) - 1) * {g['SH']} + {(g['KH'] - 1) * g['DH'] + 1}"
     body = (
@@ -154,6 +169,8 @@ def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int) -> Function:
         Assign("n_rb", "(OH + PB - 1) // PB"), Assign("n_owt", f"(OW + {tp - 1}) // {tp}"),
         *(Assign(f"u{q}", f"np.uint64({q})") for q in range(max(cb, tp))),
         Alloc("ct", (str(tp), str(cb))), Alloc("xb", (f"({band_rows}) * WP * {cb}",)),
+        *((Assign("lo", (epi.clamp_bounds() or NO_CLAMP)[0]), Assign("hi", (epi.clamp_bounds() or NO_CLAMP)[1]))
+          if vector else ()),
         thread_share("it", "N * NCB * n_rb", body=(
             *unflatten("it", (("rb", "n_rb"), ("cbk", "NCB")), "n"),
             Assign("oh0", "rb * PB"), Assign("oh1", "min(OH, oh0 + PB)"),
@@ -172,6 +189,26 @@ def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int) -> Function:
         + tuple(Param(n, t) for n, t in epi.params()) + (Param("out", "float32[:, ::1]"),) + tuple(
         Param(n, "int64") for n in ("N", "C", "M", "H", "W", "OH", "OW", "WP", "PT", "PL", "PB", "t", "T"))
     return Function("conv", params, epi.prelude() + body)
+
+
+def _block_taps_tile(tp: int, cb: int, g: dict, epi: Epilogue) -> tuple:
+    """A full `dw_blocked` tile as one `block_taps` call (channel multiplier 1: output channel =
+    input channel), stored into the NCHW rows of the block's channels; an epilogue other than
+    Relu/ReLU6 (`Epilogue.clamp_bounds`) or HardSwish (`Epilogue.hard_swish`), which the call
+    applies in registers, then runs over those TP x CB stored pixels in place."""
+    offsets = ", ".join(f"o{r}" for r in range(tp))
+    swish = int(epi.hard_swish)
+    out = (Assign("ob", f"(cbk * {cb} * OH + oh) * OW + ow0"),
+           Call(f"block_taps(xb, ({offsets},), {g['DH']} * WP * {cb}, Wp, cbk * {g['KH'] * g['KW'] * cb}, "
+                f"bias, cbk * {cb}, oimg, ob, OH * OW, lo, hi, {g['KH']}, {g['KW']}, {g['DW']}, {cb}, {swish})"))
+    if epi.clamp_bounds() is not None or swish:
+        return out
+    assigns, result = epi.emit("v", "n * OC + oc", "oh * OW + ow0 + r", "e", c="oc")
+    return out + (For("q", "0", str(cb), (
+        Assign("oc", f"cbk * {cb} + q"), Assign("uq", "np.uint64(ob + q * OH * OW)"),
+        For("r", "0", str(tp), (Assign("ur", "uq + np.uint64(r)"), Assign("v", "oimg[ur]"))
+            + tuple(Assign(n, e) for n, e in assigns) + (Assign("oimg[ur]", result),)),
+    )),)
 
 
 def pad_plane_flat(geo: dict) -> tuple:

@@ -411,6 +411,51 @@ def block_taps(typingctx, X, x_offsets, x_rowstride, Wt, w_offset, bias, b_offse
 
 
 @intrinsic(prefer_literal=True)
+def residual_rows(typingctx, C, c_offset, c_rowstride, A, a_offset, a_rowstride, R, r_offset, r_rowstride,
+                  bias, b_offset, MR, NR, LANES):
+    """A tile's residual Add, row by row: C[c_offset + r * c_rowstride + j] = A[a_offset + r *
+    a_rowstride + j] + bias[b_offset + r] + R[r_offset + r * r_rowstride + j] for r < MR, j < NR.
+    Each row's loads (A's and R's vectors) come before its stores, so R may be C itself (a
+    memory plan that runs the step in place: every element read before it is overwritten).
+    Written as a loop in Python, each store between two loads of the unrolled row, LLVM could
+    not move a load above a store that might write its element, and kept the row scalar. MR, NR,
+    LANES integer literals, NR a multiple of LANES; nothing is bounds-checked; float32."""
+    mr, nr, lanes = (_literal_int(t, n) for t, n in ((MR, "MR"), (NR, "NR"), (LANES, "LANES")))
+    if lanes < 1 or nr < lanes or nr % lanes or mr < 1:
+        raise TypingError(f"residual_rows: NR={nr} must be a multiple of LANES={lanes}; MR >= 1")
+    _require_arrays("residual_rows", (("C", C), ("A", A), ("R", R), ("bias", bias)))
+    _require_integers("residual_rows", (("c_offset", c_offset), ("c_rowstride", c_rowstride), ("a_offset", a_offset),
+                                        ("a_rowstride", a_rowstride), ("r_offset", r_offset),
+                                        ("r_rowstride", r_rowstride), ("b_offset", b_offset)))
+    sig = types.void(C, c_offset, c_rowstride, A, a_offset, a_rowstride, R, r_offset, r_rowstride, bias, b_offset,
+                     MR, NR, LANES)
+
+    def codegen(context, builder, sig, args):
+        def i64(i):
+            return context.cast(builder, args[i], sig.args[i], types.int64)
+
+        c_off, c_rs, a_off, a_rs, r_off, r_rs, b_off = (i64(i) for i in (1, 2, 4, 5, 7, 8, 10))
+        c_data, a_data, r_data, b_data = (context.make_array(sig.args[i])(context, builder, args[i]).data
+                                          for i in (0, 3, 6, 9))
+        vty, nv, _, _, vector_at, splat = _vector_kit(builder, nr, lanes)
+        for r in range(mr):
+            row = ir.Constant(_I64, r)
+            b = splat(builder.load(builder.gep(b_data, [builder.add(b_off, row)]), align=4))
+            at = [(builder.add(base, builder.mul(row, rs))) for base, rs in ((a_off, a_rs), (r_off, r_rs), (c_off, c_rs))]
+            sums = []
+            for v in range(nv):
+                j = ir.Constant(_I64, v * lanes)
+                a = builder.load(vector_at(a_data, builder.add(at[0], j)), align=4)
+                res = builder.load(vector_at(r_data, builder.add(at[1], j)), align=4)
+                sums.append(builder.fadd(builder.fadd(a, b), res))
+            for v in range(nv):
+                builder.store(sums[v], vector_at(c_data, builder.add(at[2], ir.Constant(_I64, v * lanes))), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic(prefer_literal=True)
 def plane_taps(typingctx, X, x_offset, x_rowstride, x_chanstride, h0, H, W, j0, Wt, w_offset, w_chanstride, bias,
                b_offset, C, c_offset, c_rowstride, c_chanstride, n_rows, n_cols, lo, hi,
                MR, SH, KH, KW, DH, DW, S, CI, MO, NR, LANES):

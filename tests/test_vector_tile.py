@@ -347,6 +347,38 @@ def test_block_taps_matches_numpy_and_writes_only_its_tile(backend, tp, cb, kh, 
         assert (C[~written] == -7).all()
 
 
+@pytest.mark.parametrize("mr,nr,lanes", [(4, 24, 8), (1, 8, 8), (3, 32, 16), (2, 12, 4)])
+def test_residual_rows_matches_numpy_in_place_too(backend, mr, nr, lanes):
+    """`residual_rows`: C's MR rows of NR = A's + a bias per row + R's, at offsets and row
+    strides of their own, nothing else written; R may be C itself at the same offsets (each
+    row's loads come before its stores)."""
+    from schedules.loopnest import Call
+    call = Call(f"residual_rows(C, co, cr, A, ao, ar, R, ro, rr, B, bo, {mr}, {nr}, {lanes})")
+    params = (Param("C", "float32[::1]"), Param("A", "float32[::1]"), Param("R", "float32[::1]"),
+              Param("B", "float32[::1]")) + tuple(Param(n, "int64") for n in ("co", "cr", "ao", "ar", "ro", "rr", "bo"))
+    fn = backend.load(backend.compile(LoopModule((Function("rows", params, (call,)),))))["rows"]
+    rng = np.random.default_rng(mr * nr)
+    A, B = rng.standard_normal(mr * (nr + 5) + 7).astype(np.float32), rng.standard_normal(mr + 4).astype(np.float32)
+    R = rng.standard_normal(mr * (nr + 9) + 3).astype(np.float32)
+    ao, ar, ro, rr, bo, co, cr = 7, nr + 5, 3, nr + 9, 4, 2, nr + 3
+
+    def expect(res, ro, rr):
+        return np.stack([A[ao + r * ar: ao + r * ar + nr] + B[bo + r] + res[ro + r * rr: ro + r * rr + nr]
+                         for r in range(mr)])
+    C = np.full(co + mr * cr, -7.0, np.float32)
+    fn(C, A, R, B, co, cr, ao, ar, ro, rr, bo)
+    written = np.zeros(C.size, bool)
+    for r in range(mr):
+        written[co + r * cr: co + r * cr + nr] = True
+    np.testing.assert_allclose(np.stack([C[co + r * cr: co + r * cr + nr] for r in range(mr)]), expect(R, ro, rr),
+                               rtol=1e-6)
+    assert (C[~written] == -7).all()
+    C = rng.standard_normal(co + mr * cr).astype(np.float32)          # in place: the residual is C itself
+    want = expect(C.copy(), co, cr)
+    fn(C, A, C, B, co, cr, ao, ar, co, cr, bo)
+    np.testing.assert_allclose(np.stack([C[co + r * cr: co + r * cr + nr] for r in range(mr)]), want, rtol=1e-6)
+
+
 @pytest.mark.parametrize("mr,sh,k,dh,sw,nr,lanes,ci,mo", [
     (4, 2, 3, 1, 2, 32, 16, 1, 1), (2, 2, 3, 1, 2, 16, 16, 1, 1), (3, 2, 5, 1, 2, 32, 16, 1, 1),
     (2, 1, 3, 2, 2, 16, 8, 1, 1), (4, 2, 3, 1, 2, 16, 8, 1, 1), (1, 2, 1, 1, 2, 8, 4, 1, 1),

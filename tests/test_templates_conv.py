@@ -229,6 +229,24 @@ def test_dw_blocked_vector_ir_tile_matches_numpy(wl, tile):
     check(CONV, wl, cfg)
 
 
+def test_avx2_stem_defaults_take_the_wide_tile_where_it_computes_no_more():
+    """AVX2 stems (<= 4 input channels, up to 3x3): pixel tiles outside four channel tiles, the
+    4x24 tile where a row's 24-pixel tiles cover no more pixels than 16-pixel ones; 7x7 stems
+    and shallow non-stem convs keep 4x16, channel tiles outside. The wide tile computes what
+    NumPy does (HardSwish, a row of 24 and a batch of 2)."""
+    def cfg(wl):
+        c = CONV.default_config(wl, AVX2)
+        return c["regtile"], c["order"], c["OCB"]
+    assert cfg(conv_wl(2, 3, 64, 80, 16, k=3, s=2, p=1, epi=("hardswish",))) == ("4x24", "px_oc", 4)   # 40-pixel rows
+    assert cfg(conv_wl(1, 3, 96, 96, 32, k=3, s=2, p=1, epi=("clip",))) == ("4x24", "px_oc", 4)        # 48
+    assert cfg(conv_wl(1, 3, 64, 64, 16, k=3, s=2, p=1, epi=("relu",))) == ("4x16", "px_oc", 4)        # 32
+    assert cfg(conv_wl(1, 3, 64, 64, 64, k=7, s=2, p=3, epi=("relu",))) == ("4x16", "oc_px", 1)
+    assert cfg(conv_wl(1, 8, 32, 32, 16, k=3, s=1, p=1, epi=("relu",))) == ("4x16", "oc_px", 1)
+    wl = conv_wl(2, 3, 48, 48, 20, k=3, s=2, p=1, epi=("hardswish",))
+    assert cfg(wl) == ("4x24", "px_oc", 4)
+    check(CONV, wl, CONV.default_config(wl, AVX2))
+
+
 def test_dw_blocked_vector_ir_tile_only_where_it_fits():
     """block_taps stores the block's channels as the output's: a channel multiplier or a residual
     input (which may be the output buffer itself) keeps dw_blocked's SLP tile; records made

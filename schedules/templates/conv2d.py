@@ -195,6 +195,15 @@ SQUEEZE_IM2COL = ((8, 16),)
 # models, old and new alternating: MobileNetV3's five depthwise steps 246 -> 229 us a call, its call
 # 0.94x; MobileNetV2's 0.96x. AVX-512 keeps dw_plane (not measured there)
 DWB_VECTOR_DEFAULT = ((8, 16),)
+# per vector shape: the untuned tile of stems (at most PLANE_MAX_C input channels, kernels up to
+# 3x3, the direct pixel-vector kernel), taken where it computes no more pixels of a row than the
+# 16-pixel tile, with pixel tiles outside 4 channel tiles (OCB=4, px_oc: a tile's input rows stay
+# in L1 for 16 output channels). AVX2 (Zen 3, 1 thread, in the models, old and new configs
+# alternating, 2026-12-07): MobileNetV3's 3->16 3x3/2 @64x80 + HardSwish 51.3 -> 46.4 us,
+# MobileNetV2's 3->32 3x3/2 @96 65.3 -> 59.2 us; 4x16 with the same order 3.5 % (MobileNetV2). Alone,
+# the 4x24 tile on 32- and 80-pixel rows (more pixels computed) ran 1.1-1.25x slower, and on a
+# 7x7 stem 2x slower (spills): neither takes it
+STEM_TILE = {(8, 16): "4x24"}
 # vector shapes whose 1x1 convs on planes of under 16 pixels that reduce more input channels than
 # they output (squeeze-excite's squeeze, on a 1x1 map) take im2col's vector-IR tile along the
 # channels (4x16) instead of the direct SLP one: alone, 1 thread, CPU time (AMD EPYC Zen 3,
@@ -454,6 +463,13 @@ class Conv2dTemplate(Template):
             regtile = px_tiles[1] if patches else px_tiles[0]
             return self.space(wl, target).validate({**base, "algo": "im2col", "vec": "oc", "regtile": regtile,
                                                     "tile_code": tile_codes(target)[1] if vector_ir else "slp"})
+        stem = STEM_TILE.get(shape)
+        if stem is not None and algo == "direct" and cg <= PLANE_MAX_C and geo["KH"] * geo["KW"] <= 9:
+            # a stem of at most 4 input channels, up to 3x3 (`STEM_TILE`): pixel tiles outside the
+            # channel tiles, the wide tile where it computes no more pixels
+            wide, narrow = _tile_dims(stem)[1], _tile_dims(tile)[1]
+            tile = stem if -(-ow // wide) * wide <= -(-ow // narrow) * narrow else tile
+            base = {**base, "order": "px_oc", "OCB": 4}
         return self.space(wl, target).validate({**base, "algo": algo, "vec": "px", "regtile": tile,
                                                 "tile_code": px_code if algo == "direct" else "slp"})
 

@@ -25,6 +25,10 @@ overlapping its neighbour, so rows of at least TP pixels store full tiles only; 
 for a partial last channel block, the pixels past the row read the last pixel's window and
 the tile is stored through `ct`. Rows per band (`PB`, a work item) are a run-time knob;
 the output is read and written through flat per-image views (no view per channel row).
+With tile_code vec<lanes> (the AVX2 default) a full tile is instead one `block_taps` call
+(`codegen.vector_tile`): the same FMAs in registers, the epilogue on the accumulators, and the
+per-channel stores as one 8x8 (or 16x16) shuffle transpose, where LLVM had built the SLP tile's
+from ~15 inserts and blends a stored vector.
 """
 from __future__ import annotations
 
@@ -120,9 +124,9 @@ def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int, vector: bool = Fa
     then per channel multiplier m and output row, tiles of TP pixels x CB channels.
 
     `vector` (tile_code vec<lanes>; one channel copy per input channel, no residual extra): a
-    full tile is one `codegen.vector_tile.block_taps` call (Relu/ReLU6 in registers, the
-    transposed stores as vector shuffles), any other epilogue run over its stored pixels
-    after; the SLP tile stays for partial tiles, and is left out where every tile is full
+    full tile is one `codegen.vector_tile.block_taps` call (Relu, ReLU6 or HardSwish in
+    registers, the transposed stores as vector shuffles), any other epilogue run over its
+    stored pixels after; the SLP tile stays for partial tiles, and is left out where every tile is full
     (`full`: whole channel blocks, rows of at least TP pixels)."""
     g = geo
     acc = [[f"c{r}_{q}" for q in range(cb)] for r in range(tp)]

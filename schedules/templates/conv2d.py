@@ -1109,8 +1109,9 @@ def _px_vector_tile(mr: int, w: int, lanes: int, a_rows: list, a_kstride: str, b
     incref and decref each, 3x the tile's FMAs at K = 16, measured); else it goes to the scratch
     tile `ct` and the edge store writes `edge_count` pixels from its column `shift` (a residual
     input may be the output buffer itself: its element is read before the store that overwrites
-    it). One call, not an SLP-vectorized unrolled tile: numba lowers a few statements, not MR*W
-    accumulators (cold compile)."""
+    it); a full tile whose epilogue starts with the residual Add goes from `ct` through
+    `residual_rows` (a row's loads before its stores). One call, not an SLP-vectorized unrolled
+    tile: numba lowers a few statements, not MR*W accumulators (cold compile)."""
     def call(out: str, offset: str, stride: str) -> Call:
         return vector_tile("Wp", a_rows, a_kstride, b, b_offset, b_kstride, n_k, out, offset, stride, "False", w, lanes)
     assigns, result = epi.emit("v", "n * OC + oc0 + r", "p0 + q", "e", c="oc0 + r")

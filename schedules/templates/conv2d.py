@@ -467,8 +467,7 @@ class Conv2dTemplate(Template):
         if stem is not None and algo == "direct" and cg <= PLANE_MAX_C and geo["KH"] * geo["KW"] <= 9:
             # a stem of at most 4 input channels, up to 3x3 (`STEM_TILE`): pixel tiles outside the
             # channel tiles, the wide tile where it computes no more pixels
-            wide, narrow = _tile_dims(stem)[1], _tile_dims(tile)[1]
-            tile = stem if -(-ow // wide) * wide <= -(-ow // narrow) * narrow else tile
+            tile = stem if _covered(ow, _tile_dims(stem)[1]) <= _covered(ow, _tile_dims(tile)[1]) else tile
             base = {**base, "order": "px_oc", "OCB": 4}
         return self.space(wl, target).validate({**base, "algo": algo, "vec": "px", "regtile": tile,
                                                 "tile_code": px_code if algo == "direct" else "slp"})
@@ -523,7 +522,7 @@ class Conv2dTemplate(Template):
                                  Scalar(G), Scalar(OCg), Scalar(K)), items=G * n_oct, parallel=par)
         bias, tables = _bias(wl, OC)
         extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
-        ow_need = -(-OW // tp) * tp if algo == "direct" else OW   # direct tiles run past OW
+        ow_need = _covered(OW, tp) if algo == "direct" else OW   # direct tiles run past OW
         x, work, steps = _padded_input(wl, geo, OH, ow_need, par, (H, W)) if not in_place else \
             (In(0, (N, C, H, W), "float32"), [], [])
         if not w_const:
@@ -710,8 +709,8 @@ class Conv2dTemplate(Template):
         KH, KW = geo["KH"], geo["KW"]
         ncb = -(-C // cb)
         vector = cfg["tile_code"] != "slp"   # `_dwb_vector_fits` (the space's constraint)
-        full = C % cb == 0 and OW >= tp and not epi.reads_output_sized
-        module = LoopModule((pack_w_depthwise(cb, KH * KW), conv_depthwise(tp, geo, epi, cb, vector, full)),
+        module = LoopModule((pack_w_depthwise(cb, KH * KW),
+                             conv_depthwise(tp, geo, epi, cb, vector, full=C % cb == 0 and OW >= tp)),
                             doc=f"conv2d kernel: dw_blocked (NCHW{cb}c) regtile={tp}x{cb} kernel={KH}x{KW} "
                             f"stride={geo['SH']}x{geo['SW']} dilation={geo['DH']}x{geo['DW']}, "
                             f"epilogue {[st[0]['op'] for st in epi.steps]}",
@@ -788,6 +787,11 @@ def _plane(mr: int, nr: int, lanes: int, mo: int, c: int, geo: dict, epi: Epilog
     return Function("conv", params, epi.prelude() + body)
 
 
+def _covered(n: int, w: int) -> int:
+    """Pixels that tiles of `w` compute over a run of `n` (the last tile's overrun included)."""
+    return -(-n // w) * w
+
+
 def dw_plane_tile(ow: int) -> str:
     """The untuned `dw_plane` tile for rows of `ow` output pixels: 4 rows x 16 or 32 pixels,
     whichever computes fewer pixels past the row's tiles (ties: the wider, fewer tiles); rows
@@ -796,7 +800,7 @@ def dw_plane_tile(ow: int) -> str:
     for nothing, 1.5x slower than 4x16.)"""
     if ow <= 8:
         return "4x8"
-    return min(("4x32", "4x16"), key=lambda t: -(-ow // _tile_dims(t)[1]) * _tile_dims(t)[1])
+    return min(("4x32", "4x16"), key=lambda t: _covered(ow, _tile_dims(t)[1]))
 
 
 def _dwb_vector_fits(wl: Workload) -> bool:
@@ -1114,12 +1118,16 @@ def _px_vector_tile(mr: int, w: int, lanes: int, a_rows: list, a_kstride: str, b
     tile: numba lowers a few statements, not MR*W accumulators (cold compile)."""
     def call(out: str, offset: str, stride: str) -> Call:
         return vector_tile("Wp", a_rows, a_kstride, b, b_offset, b_kstride, n_k, out, offset, stride, "False", w, lanes)
-    assigns, result = epi.emit("v", "n * OC + oc0 + r", "p0 + q", "e", c="oc0 + r")
-    in_place = (call("og", "oc0 * P + p0", "P"), For("r", "0", str(mr), (
-        Assign("uoc", "np.uint64(oc0 + r)"), Assign("bo", "bias[uoc]"),
-        For("q", "0", str(w), (Assign("uq", "np.uint64(p0 + q)"), Assign("v", "og[uoc, uq] + bo"))
-            + tuple(Assign(n, e) for n, e in assigns) + (Assign("og[uoc, uq]", result),)),
-    )))
+
+    def over_stored(e: Epilogue, bias: bool) -> For:
+        """`e` (after the bias, where `bias`) over the full tile stored in `og`, in place: per channel
+        W contiguous elements at unsigned indices (vectorized)."""
+        assigns, result = e.emit("v", "n * OC + oc0 + r", "p0 + q", "e", c="oc0 + r")
+        return For("r", "0", str(mr), (Assign("uoc", "np.uint64(oc0 + r)"),) + ((Assign("bo", "bias[uoc]"),) if bias else ())
+                   + (For("q", "0", str(w), (Assign("uq", "np.uint64(p0 + q)"),
+                                             Assign("v", "og[uoc, uq] + bo" if bias else "og[uoc, uq]"))
+                          + tuple(Assign(n, x) for n, x in assigns) + (Assign("og[uoc, uq]", result),)),))
+    in_place = (call("og", "oc0 * P + p0", "P"), over_stored(epi, True))
     edge = (call("ct", "0", "ct.shape[1]"),
             For("r", "0", str(mr), _store_px(mr, w, epi, "og[oc]", "p0", edge_count, "pq",
                                              tile=f"ct[r, q + {shift}]" if shift != "0" else "ct[r, q]")))
@@ -1135,13 +1143,10 @@ def _px_vector_tile(mr: int, w: int, lanes: int, a_rows: list, a_kstride: str, b
         # and LLVM kept it scalar: 144->24 @24x24 + Add 70 -> 52 us, Zen 3), then the rest of the
         # epilogue (Relu) in place over the stored rows
         tail, res = split
-        assigns, result = tail.emit("v", "n * OC + oc0 + r", "uq", "e", c="oc0 + r")
-        rest = (For("r", "0", str(mr), (Assign("uoc", "np.uint64(oc0 + r)"), For("q", "0", str(w), (
-            Assign("uq", "np.uint64(p0 + q)"), Assign("v", "og[uoc, uq]")) + tuple(Assign(n, e) for n, e in assigns)
-            + (Assign("og[uoc, uq]", result),)))),) if tail.steps else ()
         through_ct = (call("ct", "0", "ct.shape[1]"),
                       LoopCall(f"residual_rows(og, oc0 * P + p0, P, ct, 0, ct.shape[1], {res.param}, "
-                           f"(n * OC + oc0) * P + p0, P, bias, oc0, {mr}, {w}, {lanes})")) + rest
+                               f"(n * OC + oc0) * P + p0, P, bias, oc0, {mr}, {w}, {lanes})")) \
+            + ((over_stored(tail, False),) if tail.steps else ())
         return (If(full, through_ct, edge),)
     assigns, result = epi.emit("v", "n * OC + oc0 + r", "uq", "e", c="oc0 + r")
     through_ct = (call("ct", "0", "ct.shape[1]"), For("r", "0", str(mr), (

@@ -156,6 +156,7 @@ def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int, vector: bool = Fa
     )
     partial = tuple(Assign(f"ct[{r}, {q}]", acc[r][q]) for r in range(tp) for q in range(cb)) + store
     full_tile = f"ow0 + {tp} <= OW and cbk * {cb} + {cb} <= C"
+    lo, hi = epi.clamp_bounds() or NO_CLAMP   # the vector tile's bounds, read once per call
     if not vector:   # the accumulators before the branch: both stores read them
         tail = slp + (If(full_tile, fast, partial),)
     elif full:       # every tile full: no SLP code at all
@@ -173,8 +174,7 @@ def conv_depthwise(tp: int, geo: dict, epi: Epilogue, cb: int, vector: bool = Fa
         Assign("n_rb", "(OH + PB - 1) // PB"), Assign("n_owt", f"(OW + {tp - 1}) // {tp}"),
         *(Assign(f"u{q}", f"np.uint64({q})") for q in range(max(cb, tp))),
         Alloc("ct", (str(tp), str(cb))), Alloc("xb", (f"({band_rows}) * WP * {cb}",)),
-        *((Assign("lo", (epi.clamp_bounds() or NO_CLAMP)[0]), Assign("hi", (epi.clamp_bounds() or NO_CLAMP)[1]))
-          if vector else ()),
+        *((Assign("lo", lo), Assign("hi", hi)) if vector else ()),
         thread_share("it", "N * NCB * n_rb", body=(
             *unflatten("it", (("rb", "n_rb"), ("cbk", "NCB")), "n"),
             Assign("oh0", "rb * PB"), Assign("oh1", "min(OH, oh0 + PB)"),

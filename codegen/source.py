@@ -26,7 +26,8 @@ def helper_imports(text: str) -> str:
     intrinsics), each naming the helper's version: numba's cache does not track the helper's
     file, so a new version must change the source (hence its cache key). Imported only
     when used, so that other sources (and this module) stay free of numba."""
-    names = ("tile_fma", "regroup_channels", "row_taps", "block_taps", "residual_rows", "plane_taps")
+    names = ("tile_fma", "regroup_channels", "row_taps", "block_taps", "residual_rows", "plane_taps", "wino_in_tiles",
+             "wino_out_tiles")
     used = [name for name in names if re.search(rf"\b{name}\(", text)]
     if not used:
         return ""

@@ -63,13 +63,16 @@ def test_space_knobs_and_code_shapes():
     space = CONV.space(wl)
     assert {k.name for k in space.knobs if k.code_shape} == {"algo", "vec", "regtile", "order", "tile_code"}
     # compiles a tuner may need per geometry (AVX-512: + 3 wide vector-IR blocked tiles x 2 orders, < 1 s each;
-    # the direct vec='px' and the im2col vec='oc' kernels' vector-IR tiles: + 9 tiles x 2 orders each)
+    # the direct vec='px' and the im2col vec='oc' kernels' vector-IR tiles: + 9 tiles x 2 orders each;
+    # 3x3 stride 1: winograd's vector-IR GEMM tiles x 2 orders)
     assert len({space.code_key(c) for c in space}) <= 114
     with pytest.raises(ConfigError, match="tile_code='slp'"):
-        space.validate({**CONV.default_config(wl).to_json(), "algo": "direct", "tile_code": space.knobs[-2].options[1]})
+        space.validate({**CONV.default_config(wl).to_json(), "algo": "direct", "vec": "oc",
+                        "tile_code": space.knobs[-2].options[1]})
     with pytest.raises(ConfigError, match="vec='oc'"):
         space.validate({**CONV.default_config(wl).to_json(), "algo": "blocked", "vec": "px"})
-    recorded = {**{k: v for k, v in CONV.default_config(wl).to_json().items() if k != "tile_code"}, "regtile": "6x16"}
+    recorded = {**{k: v for k, v in CONV.default_config(wl).to_json().items() if k != "tile_code"}, "regtile": "6x16",
+                "algo": "blocked", "vec": "oc"}
     assert space.validate(recorded)["tile_code"] == "slp"   # records made before the knob: as they ran
     dw = depthwise_wl(1, 32, 56, 56)
     assert {k.name for k in CONV.space(dw).knobs if k.code_shape} == {"algo", "regtile", "tile_code"}
@@ -499,7 +502,7 @@ AVX512 = {"vector_bits": 512, "vector_registers": 32}
 
 
 @pytest.mark.parametrize("wl, avx2, avx512", [
-    (conv_wl(1, 64, 56, 56, 64), "6x16", "14x32"),                          # blocked, vector-IR tile
+    (conv_wl(1, 64, 56, 56, 64), "4x24", "14x32"),                          # AVX2 winograd's GEMM; blocked
     (conv_wl(1, 256, 14, 14, 512, s=2), "6x16", "14x32"),
     (conv_wl(1, 24, 56, 56, 144, k=1, p=0), "4x24", "8x32"),                # 1x1: GEMM over the plane
     (conv_wl(1, 64, 56, 56, 128, k=1, s=2, p=0), "4x24", "8x32"),           # 1x1 strided: GEMM over the subsampled plane
@@ -521,7 +524,7 @@ def test_default_tiles_follow_the_vector_shape(wl, avx2, avx512):
             strided = wl.inputs[0]["shape"][2] != 7
             assert (cfg["algo"], cfg["vec"]) == (("direct", "px") if target is AVX512 else
                                                  ("im2col", "px") if strided else ("blocked", "oc"))
-        if cfg["algo"] == "blocked" or (cfg["algo"], cfg["vec"]) == ("direct", "px"):
+        if cfg["algo"] in ("blocked", "winograd") or (cfg["algo"], cfg["vec"]) == ("direct", "px"):
             assert cfg["tile_code"] == f"vec{target['vector_bits'] // 32}"
         if wl.output_shape[2] * wl.output_shape[3] < 32:   # AVX-512: fewer pixels than its px tile computes;
             assert cfg["vec"] == "oc"                         # AVX2: the one such case is a patch embedding
@@ -842,3 +845,67 @@ def test_avx2_blocked_defaults_by_output_channels(n, cin, h, w, cout, s, want):
     assert CONV.space(wl, AVX2).validate(cfg) == cfg
     assert (CONV.default_config(wl, AVX512)["algo"] == "blocked") == (cin >= 16)
     check(CONV, wl, cfg)
+
+
+def _winograd(wl, tile="4x24", target=None):
+    code = tile_codes(target)[1]
+    return CONV.space(wl, target).validate({**config(wl).to_json(), "algo": "winograd", "vec": "px", "regtile": tile,
+                                            "tile_code": code, "order": "px_oc", "OCB": 2, "PB": 2, "KC": 0})
+
+
+@pytest.mark.parametrize("wl, tile", [
+    (conv_wl(1, 64, 16, 16, 64, epi=("relu",)), "4x24"),                   # even map: runs of 8 tiles, no remainder
+    (conv_wl(2, 13, 11, 9, 21, epi=("res", "relu"), bias=False), "4x16"),  # odd rows and columns, batch 2, residual
+    (conv_wl(1, 19, 7, 37, 17, epi=("clip",)), "6x16"),                    # ReLU6 by scalar inputs; runs + remainder
+    (conv_wl(1, 8, 5, 6, 8, p=2, epi=("hardswish",)), "4x24"),              # pads of 2: a 7x8 output
+    (conv_wl(1, 16, 12, 34, 24, p=0, epi=("chan",)), "8x16"),               # no pads; a per-channel scale
+], ids=["even", "odd-batch2-res", "relu6", "pad2", "valid"])
+def test_winograd_matches_numpy(wl, tile):
+    """algo winograd (F(2x2, 3x3)): weights transformed at prepare, the input transform
+    (`wino_in_tiles` runs + tile-by-tile remainder), the plane GEMM over 16 groups, the output
+    transform (`wino_out_tiles`, odd maps' last row and column) and the epilogue; the tuner's
+    own accuracy rule (a direct conv's tolerance) on its check inputs, the wide set included."""
+    cfg = _winograd(wl, tile)
+    lowered = CONV.lower(wl, cfg)
+    assert [s.function for s in lowered.launch.prepare] == ["wino_w", "pack_w"]
+    assert [s.function for s in lowered.launch.steps] == ["pad", "wino_in", "conv", "wino_out"]
+    src = render(lowered.module)
+    assert "wino_in_tiles(" in src and "wino_out_tiles(" in src
+    check(CONV, wl, cfg)
+
+
+def test_winograd_with_run_time_weights_and_the_residual_as_output_buffer():
+    """Weights that are an input of the call (transformed and packed each call), and a residual
+    input that is the output buffer itself (the tiles go to a workspace before the epilogue
+    reads the residual)."""
+    ops = [("Conv", ["i0", "i1", "i2"], {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": 1,
+                                         "kernel_shape": [3, 3]})]
+    wl = make_wl(ops, [((1, 12, 10, 13), "float32", False), ((20, 12, 3, 3), "float32", False),
+                       ((20,), "float32", True)])
+    cfg = _winograd(wl, "4x16")
+    assert [s.function for s in CONV.lower(wl, cfg).launch.steps][:2] == ["wino_w", "pack_w"]
+    check(CONV, wl, cfg)
+    wl = conv_wl(1, 24, 14, 15, 24, epi=("res", "relu"))
+    cfg = _winograd(wl, "4x24")
+    arrays = wl.random_inputs(0)
+    want = wl.reference(arrays)
+    shared = arrays[3].copy()
+    arrays[3] = shared
+    compile_kernel(CONV, wl, cfg).bind(arrays)(arrays, shared)
+    np.testing.assert_allclose(shared, want, rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_is_offered_for_3x3_stride_1_convs_and_their_avx2_default():
+    def algos(wl):
+        return next(k for k in CONV.space(wl).knobs if k.name == "algo").options
+    assert "winograd" in algos(conv_wl(1, 8, 9, 9, 8))
+    for other in (conv_wl(1, 8, 9, 9, 8, s=2), conv_wl(1, 8, 9, 9, 8, d=2, p=2), conv_wl(1, 8, 9, 9, 8, k=5, p=2),
+                  conv_wl(1, 8, 9, 9, 8, g=2), conv_wl(1, 8, 9, 9, 8, k=1, p=0)):
+        assert "winograd" not in algos(other)
+    with pytest.raises(ConfigError, match="vector-IR plane GEMM"):
+        wl = conv_wl(1, 64, 16, 16, 64)
+        CONV.space(wl).validate({**_winograd(wl).to_json(), "tile_code": "slp"})
+    for (c, h, oc), algo in [((64, 56, 64), "winograd"), ((128, 28, 128), "winograd"), ((512, 7, 512), "winograd"),
+                             ((64, 14, 64), "blocked"), ((32, 56, 32), "blocked"), ((256, 14, 256), "winograd")]:
+        assert CONV.default_config(conv_wl(1, c, h, h, oc, epi=("relu",)), AVX2)["algo"] == algo, (c, h, oc)
+    assert CONV.default_config(conv_wl(1, 64, 56, 56, 64), AVX512)["algo"] == "blocked"   # not measured there

@@ -40,7 +40,10 @@ Algorithms (`algo`):
   masked loads), each input row loaded once and split into its stride's phases for all its
   taps (`conv2d_depthwise.conv_depthwise_plane`, `codegen.vector_tile.plane_taps`);
 - `plane` (stems of 1-4 input channels, kernels up to 3x3, one group; the AVX-512 default
-  there): the same intrinsic over every input plane for 8 output channels a tile, no pad step.
+  there): the same intrinsic over every input plane for 8 output channels a tile, no pad step;
+- `winograd` (3x3, stride 1, no dilation, one group; the AVX2 default from 64 channels on planes
+  of 128+ tiles, `WINOGRAD_DEFAULT`): F(2x2, 3x3), 2.25x fewer multiplies: input and output
+  transforms around the plane GEMM of the 1x1 convs over 16 transformed planes (`conv2d_winograd`).
 
 Strided convs read a *phase-split* copy of the input: the pad step writes
 `Xp[n, c, ih, phase, j]` = x[n, c, ih - PT, j * SW + phase - PL], so the pixels one
@@ -75,6 +78,7 @@ from schedules.templates.conv2d_blocked import (DEFAULT_VECTOR_IR, channel_block
 from schedules.templates.conv2d_depthwise import (DWB_ALL_TILES, conv_depthwise, conv_depthwise_plane,
                                                   conv_depthwise_rows, conv_depthwise_vector, dwb_default_tile,
                                                   dwb_tiles, pack_w_depthwise)
+from schedules.templates.conv2d_winograd import XI, wino_input, wino_output, wino_weights
 
 # MR x NR; NR is the vectorized axis (see `vec`). With 16 vector registers (AVX2, or AVX-512
 # with LLVM's prefer-256-bit) 4x16, 6x16 and 4x24 keep 8-12 accumulators in registers; 8x16 and
@@ -186,6 +190,15 @@ SMALL_PLANE_1X1_DEEP = {(8, 16): 128}
 # plane GEMM 1.16x); shallow ones 1.2-2x faster as plane GEMMs (64->240 @8, 96->576 @6, 24->72 @9,
 # 40->120 @5, 16->64 @4), where blocked ran 0.8-0.9x im2col's speed; 256->256 @8 even
 SQUEEZE_IM2COL = ((8, 16),)
+# per vector shape: the 3x3 stride-1 convs (one group, no dilation) that take `winograd` (F(2x2, 3x3),
+# `conv2d_winograd`) by default: (least of input and output channels, least tiles of 2x2 output
+# pixels; or any number of tiles from this many channels), and its GEMM's tile. Alone, 1 thread, CPU
+# time, against the blocked default and onnxruntime (AMD EPYC Zen 3, 2026-12-07, interleaved): ResNet-18's
+# 64->64 @56 2770 -> 1927 us (onnxruntime 2756), 128->128 @28 2571 -> 1756 (2528), 256->256 @14 3079 ->
+# 2292 (2734), 512->512 @7 3200 -> 2612 (2872); at 2 threads 1.07-1.36x faster than blocked. Slower
+# where the GEMM's reduction is short or the plane small: 64->64 @14 188 -> 239 us, 16->16 @64 371 ->
+# 434; 32->32 @56 about even (845 -> 830). AVX-512 not measured: there it is a tuning choice only.
+WINOGRAD_DEFAULT = {(8, 16): (64, 128, 128, "4x24")}
 # vector shapes whose depthwise convs (one output channel per input channel, no residual input)
 # take `dw_blocked` with its vector-IR tile (`block_taps`) by default, at any stride and row width.
 # AVX2 (Zen 3, 1 thread, 2026-12-07), alone against the defaults before: stride 2 1.05-1.5x faster
@@ -308,8 +321,10 @@ class Conv2dTemplate(Template):
                 Knob("tile_code", tile_codes(target), before="slp"),   # SLP, or row_taps / block_taps
             ], constraint=partial(_depthwise_tiles, block_taps=_dwb_vector_fits(wl)))
         plane = _plane_fits(wl, target)
+        wino = _winograd_fits(_geometry(wl))
         return ConfigSpace([
-            Knob("algo", ("direct", "im2col", "blocked") + (("plane",) if plane else ())),
+            Knob("algo", ("direct", "im2col", "blocked") + (("plane",) if plane else ())
+                 + (("winograd",) if wino else ())),
             Knob("vec", ("oc", "px")),
             Knob("regtile", pick_tiles(REG_TILES_BY_SHAPE, *vector_shape(target)) + (PLANE_TILES if plane else ())),
             Knob("order", ("oc_px", "px_oc")),
@@ -433,6 +448,12 @@ class Conv2dTemplate(Template):
                                                 "order": "oc_px", "OCB": 1, "PB": 8})
             return self.space(wl, target).validate({**base, "algo": "direct", "vec": "px", "order": "px_oc", "OCB": 4,
                                                     "regtile": plane_tile, "tile_code": px_code})
+        wino = WINOGRAD_DEFAULT.get(shape)
+        if wino is not None and DEFAULT_VECTOR_IR and _winograd_fits(geo) and min(cg, oc) >= wino[0] \
+                and (-(-oh // 2) * -(-ow // 2) >= wino[1] or min(cg, oc) >= wino[2]):
+            return self.space(wl, target).validate({**base, "algo": "winograd", "vec": "px", "regtile": wino[3],
+                                                    "order": "px_oc", "OCB": 4, "PB": 4,
+                                                    "tile_code": tile_codes(target)[1]})
         if blocked:
             # many input channels: 8-channel blocks, 12 (AVX2) or 28 (AVX-512) accumulators along the output channels;
             # pixel tiles cross rows, so tiny maps (7x7, 14x14) fill them too. The vector-IR tile
@@ -483,6 +504,8 @@ class Conv2dTemplate(Template):
             return self._lower_blocked(wl, cfg, geo, epi)
         if cfg["algo"] in ("plane", "dw_plane"):
             return self._lower_plane(wl, cfg, geo, epi)
+        if cfg["algo"] == "winograd":
+            return self._lower_winograd(wl, cfg, geo, epi)
         mr, nr = _tile_dims(cfg["regtile"])
         algo, order, vec = cfg["algo"], cfg["order"], cfg["vec"]
         tc, tp = (nr, mr) if vec == "oc" else (mr, nr)   # channels, pixels per tile
@@ -668,6 +691,55 @@ class Conv2dTemplate(Template):
                     items=N * C, parallel=cfg["parallel"])
         return Lowered(module, Launch((step,), tables=tables))
 
+    def _lower_winograd(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
+        """F(2x2, 3x3) (`conv2d_winograd`): the weights transformed and packed at prepare; per call
+        the phase-split pad, the input transform, the plane GEMM (`_gemm_1x1`) over the 16
+        transformed planes as 16 groups, and the output transform with bias and epilogue."""
+        mr, nr = _tile_dims(cfg["regtile"])
+        par, OCB, PB = cfg["parallel"], cfg["OCB"], cfg["PB"]
+        code = cfg.get("tile_code", "slp")
+        N, C, H, W = (int(d) for d in wl.inputs[0]["shape"])
+        OC = int(wl.inputs[1]["shape"][0])
+        OH, OW = (int(d) for d in wl.output_shape[2:])
+        TH, TW = -(-OH // 2), -(-OW // 2)
+        # V's and M's rows: an odd length, so that their 16 planes (C or OC rows apart) do not all lie
+        # a multiple of 4 KiB apart, in the same cache sets (64->64 @56, Zen 3: 2161 -> 1927 us a call)
+        P, n_oct = TH * TW + 1 - TH * TW % 2, -(-OC // mr)
+        none = Epilogue((), ())
+        lanes = tile_lanes(code, nr)   # the transforms' vectors: the GEMM tile's
+        module = LoopModule((wino_weights(), _pack_w(mr), _pad(1), wino_input(lanes),
+                             _gemm_1x1(mr, nr, cfg["order"], none, code), wino_output(epi, lanes)),
+                            doc=f"conv2d kernel: winograd F(2x2, 3x3) GEMM vec=px regtile={mr}x{nr} order={cfg['order']}"
+                            + (f" tile_code={code}" if code != "slp" else "")
+                            + f", epilogue {[st[0]['op'] for st in epi.steps]}",
+                            meta={"template": f"conv2d v{self.version}"})
+        w_const = wl.inputs[1]["const"]
+        u, wp = Buffer("U", (XI * OC, C)), Buffer("Wp", (XI, n_oct, C, mr))
+        arg = Packed if w_const else Work
+        wino_w = Call("wino_w", (In(1, (OC, C * 9), "float32"), arg("U"), Scalar(OC), Scalar(C)), items=OC, parallel=par)
+        pack_w = Call("pack_w", (arg("U"), arg("Wp"), Scalar(XI), Scalar(OC), Scalar(C)), items=XI * n_oct, parallel=par)
+        hp, wq = 2 * TH + 2, 2 * TW + 2   # the zero-bordered plane the 4x4 windows read
+        pad = Call("pad", (In(0, (N, C, H, W), "float32"), Work("Xp"),
+                           *(Scalar(v) for v in (N, C, H, W, hp, wq, geo["PT"], geo["PL"]))), items=N * C, parallel=par)
+        wino_in = Call("wino_in", (Work("Xp"), Work("V"), *(Scalar(v) for v in (N, C, TH, TW))), items=N * C, parallel=par)
+        gemm = Call("conv", (Work("V"), arg("Wp"), Table("zeros"), Work("M"),
+                             *(Scalar(v) for v in (N, XI * C, XI * OC, XI, P, OCB, PB))),
+                    items=N * XI * -(-n_oct // OCB) * -(-(-(-P // nr)) // PB), parallel=par)
+        bias, tables = _bias(wl, OC)
+        extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
+        staged = epi.reads_output_sized   # a residual may be the output buffer: the tiles go to Y first
+        out = Out((N, OC, OH * OW))
+        wino_out = Call("wino_out", (Work("M"), bias, *extras, Work("Y") if staged else out, out,
+                                     *(Scalar(v) for v in (N, OC, OH, OW, TH, TW))), items=N * OC, parallel=par)
+        work = (Buffer("Xp", (N, C, hp, 1, wq)), Buffer("V", (N, XI * C, P)), Buffer("M", (N, XI * OC, P))) \
+            + ((Buffer("Y", (N, OC, OH * OW)),) if staged else ())
+        steps = (pad, wino_in, gemm, wino_out)
+        if not w_const:
+            steps, work = (wino_w, pack_w) + steps, (u, wp) + work
+        return Lowered(module, Launch(steps, prepare=(wino_w, pack_w) if w_const else (),
+                                      packed=(u, wp) if w_const else (), workspaces=work,
+                                      tables={**tables, "zeros": np.zeros(XI * OC, np.float32)}))
+
     def _lower_plane(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
         """`dw_plane` (depthwise) and `plane` (stems of 1-4 input channels, MO output channels a
         tile) on NCHW as it is: one kernel, one `plane_taps` vector-IR call per tile reading the
@@ -826,7 +898,15 @@ def _depthwise_tiles(values: dict, block_taps: bool = False) -> str | None:
     return None
 
 
+def _winograd_fits(geo: dict) -> bool:
+    """`winograd` (F(2x2, 3x3)) computes this conv: 3x3, stride 1, no dilation, one group."""
+    return (geo["KH"], geo["KW"], geo["SH"], geo["SW"], geo["DH"], geo["DW"], geo["G"]) == (3, 3, 1, 1, 1, 1, 1)
+
+
 def _blocked_vectors_along_channels(values: dict) -> str | None:
+    if values.get("algo") == "winograd" and (values.get("vec") != "px" or values.get("KC", 0)
+                                             or values.get("tile_code", "slp") == "slp"):
+        return "winograd's GEMM is the vector-IR plane GEMM along the tiles (vec='px', tile_code vec<lanes>, KC=0)"
     if (values.get("algo") == "plane") != (values.get("regtile") in PLANE_TILES):
         return f"the plane algorithm's tiles are output rows x pixels ({', '.join(PLANE_TILES)}), its own"
     if values.get("algo") == "plane":
@@ -837,7 +917,7 @@ def _blocked_vectors_along_channels(values: dict) -> str | None:
         return "the blocked algorithm vectorizes along output channels only (vec='oc')"
     vector_ir = values.get("tile_code", "slp") != "slp"
     if vector_ir and values.get("algo") != "blocked" and (values.get("algo"), values.get("vec")) not in \
-            (("direct", "px"), ("im2col", "oc")):
+            (("direct", "px"), ("im2col", "oc"), ("winograd", "px")):
         return "only the blocked, the direct vec='px' and the im2col vec='oc' kernels have a vector-IR tile " \
                "(tile_code='slp' for the others)"
     if values.get("KC", 0) and (values.get("algo") != "blocked" or values.get("tile_code", "slp") == "slp"):

@@ -1,0 +1,127 @@
+"""Conv2d's `winograd` algorithm: F(2x2, 3x3) for 3x3 stride-1 convs (Lavin & Gray, 2015).
+
+An output tile of 2x2 pixels is A^T [(G g G^T) . (B^T d B)] A for its 4x4 input window d and
+the 3x3 kernel g: 16 products per input channel where the direct conv does 36, so the
+reduction over the input channels becomes 16 independent GEMMs of 2.25x fewer FMAs in all:
+
+    U[xi][oc, c] = (G g[oc, c] G^T)[xi]        the weights, once at prepare time
+    V[xi][c, t]  = (B^T d[c, t] B)[xi]         `wino_input`: per input plane, tiles t along rows
+    M[xi][oc, t] = sum_c U[xi][oc, c] V[xi][c, t]   the 1x1 GEMM over the plane (`_gemm_1x1`)
+                                                     with 16 groups: V and M are [16 * C, T]
+    y[oc, tile]  = A^T M[.][oc, t] A + bias, epilogue   `wino_output`
+
+The transforms' constants are 0, +-1 and 1/2 (F(2x2, 3x3): the one whose float32 rounding stays
+within a direct conv's tolerance; F(4x4, 3x3) multiplies 4x less but its transforms scale by up
+to 5). The input is first copied phase-split and zero-bordered (the blocked and direct kernels'
+`pad` step with stride 2), so the window of tile column tw is columns tw and tw + 1 of the two
+phase planes: every load and store of the transforms is contiguous along a row of tiles, and
+LLVM vectorizes them.
+"""
+from __future__ import annotations
+
+from schedules.epilogue import Epilogue
+from schedules.loopnest import Assign, Call, For, Function, If, Param, thread_share
+
+XI = 16   # transformed planes: the 4x4 input window of a 2x2 output tile
+
+
+def _f32(e: str) -> str:
+    return f"np.float32({e})"
+
+
+def wino_weights() -> Function:
+    """W[OC, C * 9] (3x3 kernels, row-major) into U[xi * OC + oc, c] = (G g G^T)[xi] with
+    G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]; thread t of T writes its
+    share of the output channels."""
+    body = [Assign(f"g{r}{s}", f"W[oc, c * 9 + {r * 3 + s}]") for r in range(3) for s in range(3)]
+    # G g: 4 rows of 3
+    for s in range(3):
+        body += [Assign(f"h0{s}", f"g0{s}"), Assign(f"h1{s}", f"(g0{s} + g1{s} + g2{s}) * {_f32('0.5')}"),
+                 Assign(f"h2{s}", f"(g0{s} - g1{s} + g2{s}) * {_f32('0.5')}"), Assign(f"h3{s}", f"g2{s}")]
+    # (G g) G^T: each row the same three-to-four map
+    for i in range(4):
+        cols = (f"h{i}0", f"(h{i}0 + h{i}1 + h{i}2) * {_f32('0.5')}", f"(h{i}0 - h{i}1 + h{i}2) * {_f32('0.5')}",
+                f"h{i}2")
+        body += [Assign(f"U[{4 * i + j} * OC + oc, c]", e) for j, e in enumerate(cols)]
+    params = (Param("W", "float32[:, ::1]"), Param("U", "float32[:, ::1]")) + tuple(
+        Param(n, "int64") for n in ("OC", "C", "t", "T"))
+    return Function("wino_w", params, (thread_share("oc", "OC", body=(For("c", "0", "C", tuple(body)),)),))
+
+
+def _input_tile(i: int) -> tuple:
+    """Statements transforming tile tw's window, row i of B^T d (scalar code: the tiles past the
+    last full vector)."""
+    a, b, op = ((0, 2, "-"), (1, 2, "+"), (2, 1, "-"), (1, 3, "-"))[i]
+    out = [Assign(f"r{j}", f"Xp[n, c, 2 * th + {a}, 0, 2 * tw + {j}] {op} Xp[n, c, 2 * th + {b}, 0, 2 * tw + {j}]")
+           for j in range(4)]
+    cols = ("r0 - r2", "r1 + r2", "r2 - r1", "r1 - r3")   # (B^T d) B: the columns of row i
+    return tuple(out + [Assign(f"V[n, {4 * i + j} * C + c, th * TW + tw]", e) for j, e in enumerate(cols)])
+
+
+def wino_input(lanes: int) -> Function:
+    """V[n, xi * C + c, th * TW + tw] = (B^T d B)[xi], d the 4x4 window at rows 2 th .. 2 th + 3 and
+    columns 2 tw .. 2 tw + 3 of the zero-bordered input Xp[n, c, row, 0, column], B^T = [[1, 0, -1, 0],
+    [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]: per plane one pass over its tiles for each row of
+    B^T d (4 of V's 16 planes: `wino_in_tiles`), runs of `lanes` tiles as one call, the rest tile by
+    tile; thread t of T transforms its share of the input planes."""
+    passes = tuple(For("th", "0", "TH", (
+        Assign("xo", "((n * C + c) * HP + 2 * th) * WP"), Assign("vo", "(n * 16 * C + c) * P + th * TW"),
+        For("tw", "0", f"TW - {lanes - 1}", (
+            Call(f"wino_in_tiles(Xp, xo + 2 * tw, WP, V, vo + tw, C * P, {i}, {lanes})"),), step=str(lanes)),
+        For("tw", f"TW - TW % {lanes}", "TW", _input_tile(i)),
+    )) for i in range(4))
+    body = (
+        thread_share("p", "N * C", body=(
+            Assign("n", "p // C"), Assign("c", "p % C"),
+            Assign("HP", "Xp.shape[2]"), Assign("WP", "Xp.shape[4]"), Assign("P", "V.shape[2]"),
+        ) + passes),
+    )
+    params = (Param("Xp", "float32[:, :, :, :, ::1]"), Param("V", "float32[:, :, ::1]")) + tuple(
+        Param(n, "int64") for n in ("N", "C", "TH", "TW", "t", "T"))
+    return Function("wino_in", params, body)
+
+
+def _output_tile(rows: int) -> tuple:
+    """Statements for tile tw's `rows` x 2 outputs + bias into Y (scalar code: the tiles past the
+    last full vector); its second column only where the map has it."""
+    out = [Assign(f"m{i}{j}", f"M[n, {4 * i + j} * OC + oc, th * TW + tw]") for i in range(4) for j in range(4)]
+    for j in range(4):   # A^T m
+        out += [Assign(f"a0{j}", f"m0{j} + m1{j} + m2{j}"), Assign(f"a1{j}", f"m1{j} - m2{j} - m3{j}")]
+    for k in range(rows):   # (A^T m) A
+        out += [Assign(f"Y[n, oc, (2 * th + {k}) * OW + 2 * tw]", f"a{k}0 + a{k}1 + a{k}2 + bo"),
+                If("2 * tw + 1 < OW", (Assign(f"Y[n, oc, (2 * th + {k}) * OW + 2 * tw + 1]",
+                                              f"a{k}1 - a{k}2 - a{k}3 + bo"),))]
+    return tuple(out)
+
+
+def wino_output(epi: Epilogue, lanes: int) -> Function:
+    """out[n, oc, (2 th + k) * OW + 2 tw + l] = (A^T m A)[k, l] + bias[oc] for m = M[n, xi * OC + oc,
+    th * TW + tw], A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]: runs of `lanes` tiles whose pixels lie in
+    the map as one `wino_out_tiles` call, the rest tile by tile (pixels past an odd map's last row
+    or column are not stored); then the epilogue over the plane (contiguous: LLVM vectorizes it).
+    With a residual input (which may be the output buffer itself) the tiles go to the workspace
+    Y and the epilogue pass reads it, else Y is the output and the pass runs in place. Thread t
+    of T finishes its share of the (image, channel) planes."""
+    def row_of_tiles(rows: int) -> tuple:
+        return (For("tw", "0", f"OW // 2 - {lanes - 1}", (
+                    Call(f"wino_out_tiles(M, mo + tw, OC * P, bias, oc, Y, yo + 2 * tw, OW, {rows}, {lanes})"),),
+                    step=str(lanes)),
+                For("tw", f"OW // 2 - (OW // 2) % {lanes}", "TW", _output_tile(rows)))
+    finish = ()
+    if epi.steps:
+        assigns, result = epi.emit("v", "n * OC + oc", "q", "e", c="oc")
+        finish = (Assign("yrow", "Y[n, oc]"), Assign("orow", "out[n, oc]"), For("q", "0", "OH * OW", (
+            Assign("v", "yrow[q]"),) + tuple(Assign(name, e) for name, e in assigns) + (Assign("orow[q]", result),)),)
+    body = (
+        thread_share("p", "N * OC", body=(
+            Assign("n", "p // OC"), Assign("oc", "p % OC"), Assign("bo", "bias[oc]"), Assign("P", "M.shape[2]"),
+            For("th", "0", "TH", (
+                Assign("mo", "(n * 16 * OC + oc) * P + th * TW"), Assign("yo", "(n * OC + oc) * OH * OW + 2 * th * OW"),
+                If("2 * th + 1 < OH", row_of_tiles(2), row_of_tiles(1)),   # the last row of an odd map
+            )),
+        ) + finish),
+    )
+    params = (Param("M", "float32[:, :, ::1]"), Param("bias", "float32[::1]")) + tuple(
+        Param(n, t) for n, t in epi.params()) + (Param("Y", "float32[:, :, ::1]"), Param("out", "float32[:, :, ::1]")) \
+        + tuple(Param(n, "int64") for n in ("N", "OC", "OH", "OW", "TH", "TW", "t", "T"))
+    return Function("wino_out", params, epi.prelude() + body)

@@ -874,6 +874,16 @@ def test_winograd_matches_numpy(wl, tile):
     check(CONV, wl, cfg)
 
 
+def test_winograd_avx512_vectors_match_numpy():
+    """AVX-512's config (16-lane transforms and GEMM tile, its wide tile), run here as LLVM splits
+    it for this CPU: runs of 16 tiles and the remainder."""
+    wl = conv_wl(1, 20, 9, 41, 36, epi=("res", "relu"))
+    cfg = _winograd(wl, "14x32", AVX512)
+    assert cfg["tile_code"] == "vec16" and "wino_in_tiles(Xp, xo + 2 * tw, WP, V, vo + tw, C * P, 0, 16)" in \
+        render(CONV.lower(wl, cfg).module)
+    check(CONV, wl, cfg)
+
+
 def test_winograd_with_run_time_weights_and_the_residual_as_output_buffer():
     """Weights that are an input of the call (transformed and packed each call), and a residual
     input that is the output buffer itself (the tiles go to a workspace before the epilogue
@@ -906,6 +916,7 @@ def test_winograd_is_offered_for_3x3_stride_1_convs_and_their_avx2_default():
         wl = conv_wl(1, 64, 16, 16, 64)
         CONV.space(wl).validate({**_winograd(wl).to_json(), "tile_code": "slp"})
     for (c, h, oc), algo in [((64, 56, 64), "winograd"), ((128, 28, 128), "winograd"), ((512, 7, 512), "winograd"),
-                             ((64, 14, 64), "blocked"), ((32, 56, 32), "blocked"), ((256, 14, 256), "winograd")]:
+                             ((256, 14, 256), "winograd"), ((64, 14, 64), "blocked"), ((32, 56, 32), "blocked"),
+                             ((256, 7, 256), "blocked"), ((128, 14, 128), "blocked"), ((512, 2, 512), "blocked")]:
         assert CONV.default_config(conv_wl(1, c, h, h, oc, epi=("relu",)), AVX2)["algo"] == algo, (c, h, oc)
     assert CONV.default_config(conv_wl(1, 64, 56, 56, 64), AVX512)["algo"] == "blocked"   # not measured there

@@ -192,13 +192,15 @@ SMALL_PLANE_1X1_DEEP = {(8, 16): 128}
 SQUEEZE_IM2COL = ((8, 16),)
 # per vector shape: the 3x3 stride-1 convs (one group, no dilation) that take `winograd` (F(2x2, 3x3),
 # `conv2d_winograd`) by default: (least of input and output channels, least tiles of 2x2 output
-# pixels; or any number of tiles from this many channels), and its GEMM's tile. Alone, 1 thread, CPU
-# time, against the blocked default and onnxruntime (AMD EPYC Zen 3, 2026-12-07, interleaved): ResNet-18's
-# 64->64 @56 2770 -> 1927 us (onnxruntime 2756), 128->128 @28 2571 -> 1756 (2528), 256->256 @14 3079 ->
-# 2292 (2734), 512->512 @7 3200 -> 2612 (2872); at 2 threads 1.07-1.36x faster than blocked. Slower
-# where the GEMM's reduction is short or the plane small: 64->64 @14 188 -> 239 us, 16->16 @64 371 ->
-# 434; 32->32 @56 about even (845 -> 830). AVX-512 not measured: there it is a tuning choice only.
-WINOGRAD_DEFAULT = {(8, 16): (64, 128, 128, "4x24")}
+# pixels, least product of the two), and its GEMM's tile. The GEMM's work grows with both, the
+# transforms' with the tiles only, and planes of fewer tiles than its pixel tile run its edge path.
+# Alone, 1 thread, CPU time, against the blocked default and onnxruntime (AMD EPYC Zen 3, 2026-12-07,
+# interleaved): ResNet-18 at 224's 64->64 @56 2770 -> 1927 us (onnxruntime 2756), 128->128 @28 2571
+# -> 1756 (2528), 256->256 @14 3079 -> 2292 (2734), 512->512 @7 3200 -> 2612 (2872), at 2 threads
+# 1.07-1.36x faster than blocked; slower: 256->256 @7 1.18x, 128->128 @14 1.08x, 64->64 @14 1.27x,
+# 128->128 @8 1.19x, 256->256 @4 2.8x, 512->512 @2 7.5x (ResNet-18 at 64: 2x slower end to end
+# with a rule that let those in); 32->32 @56 even. AVX-512 not measured: a tuning choice there.
+WINOGRAD_DEFAULT = {(8, 16): (64, 16, 8192, "4x24")}
 # vector shapes whose depthwise convs (one output channel per input channel, no residual input)
 # take `dw_blocked` with its vector-IR tile (`block_taps`) by default, at any stride and row width.
 # AVX2 (Zen 3, 1 thread, 2026-12-07), alone against the defaults before: stride 2 1.05-1.5x faster
@@ -449,8 +451,9 @@ class Conv2dTemplate(Template):
             return self.space(wl, target).validate({**base, "algo": "direct", "vec": "px", "order": "px_oc", "OCB": 4,
                                                     "regtile": plane_tile, "tile_code": px_code})
         wino = WINOGRAD_DEFAULT.get(shape)
+        tiles = -(-oh // 2) * -(-ow // 2)
         if wino is not None and DEFAULT_VECTOR_IR and _winograd_fits(geo) and min(cg, oc) >= wino[0] \
-                and (-(-oh // 2) * -(-ow // 2) >= wino[1] or min(cg, oc) >= wino[2]):
+                and tiles >= wino[1] and min(cg, oc) * tiles >= wino[2]:
             return self.space(wl, target).validate({**base, "algo": "winograd", "vec": "px", "regtile": wino[3],
                                                     "order": "px_oc", "OCB": 4, "PB": 4,
                                                     "tile_code": tile_codes(target)[1]})

@@ -596,26 +596,48 @@ def plane_taps(typingctx, X, x_offset, x_rowstride, x_chanstride, h0, H, W, j0, 
     return sig, codegen
 
 
+def _lane_mask(builder, count, start: int, lanes: int):
+    """<lanes x i1>: lane q set where start + q < count (count an i64)."""
+    idx = ir.Constant(ir.VectorType(_I64, lanes), [start + q for q in range(lanes)])
+    cnt = builder.insert_element(ir.Constant(ir.VectorType(_I64, lanes), ir.Undefined), count, ir.Constant(ir.IntType(32), 0))
+    cnt = builder.shuffle_vector(cnt, cnt, ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+    return builder.icmp_signed("<", idx, cnt)
+
+
+def _stores(builder, lanes: int, full, count, stores) -> None:
+    """`stores` ([(vector, pointer, first lane's index)]) as plain stores where `full`, else masked
+    to the lanes whose index is under `count` (a run's last, partial vectors)."""
+    _, masked_store = _masked_moves(builder, lanes)
+    with builder.if_else(full) as (whole, part):
+        with whole:
+            for v, ptr, _ in stores:
+                builder.store(v, ptr, align=4)
+        with part:
+            for v, ptr, first in stores:
+                builder.call(masked_store, [v, ptr, ir.Constant(ir.IntType(32), 4), _lane_mask(builder, count, first, lanes)])
+
+
 @intrinsic(prefer_literal=True)
-def wino_in_tiles(typingctx, X, x_offset, x_rowstride, V, v_offset, v_planestride, ROW, LANES):
-    """Winograd F(2x2, 3x3)'s input transform, row ROW of B^T d (0..3), for LANES neighbouring
-    tiles of one zero-bordered input plane: the 4x4 windows' rows i at `x_offset + i *
-    x_rowstride`, tile u's window at columns 2u .. 2u + 3; V[v_offset + (4 ROW + j) *
-    v_planestride + u] = (B^T d_u B)[4 ROW + j] for j < 4 (`schedules.templates.conv2d_winograd`).
-    The two input rows B^T's row combines are combined as contiguous vectors, then split into
-    even and odd columns by shuffles. One ROW a call, so that a loop over the tiles writes 4
-    planes of V at a time: the 16 planes lie a multiple of 4 KiB apart in memory (C x P floats),
-    and 16 write streams in the same cache sets ran 3x slower. As generated scalar code per
-    tile, LLVM's loop vectorizer gave up (too many run-time alias checks) and its SLP pass
-    packed the wrong statements. ROW and LANES integer literals (LANES a power of two); nothing
-    is bounds-checked: the call reads 2 * LANES + 2 floats of each row; float32."""
+def wino_in_tiles(typingctx, X, x_offset, x_rowstride, V, v_offset, v_planestride, count, ROW, LANES):
+    """Winograd F(2x2, 3x3)'s input transform, row ROW of B^T d (0..3), for the first `count` (at
+    most LANES) of LANES neighbouring tiles of one zero-bordered input plane: the 4x4 windows'
+    rows i at `x_offset + i * x_rowstride`, tile u's window at columns 2u .. 2u + 3; V[v_offset +
+    (4 ROW + j) * v_planestride + u] = (B^T d_u B)[4 ROW + j] for j < 4, u < count
+    (`schedules.templates.conv2d_winograd`). The two input rows B^T's row combines are combined
+    as contiguous vectors, then split into even and odd columns by shuffles; a partial run's
+    stores are masked. One ROW a call, so that a loop over the tiles writes 4 planes of V at a
+    time: the 16 planes lie a multiple of 4 KiB apart in memory (C x P floats), and 16 write
+    streams in the same cache sets ran 3x slower. As generated scalar code per tile, LLVM's loop
+    vectorizer gave up (too many run-time alias checks) and its SLP pass packed the wrong
+    statements. ROW and LANES integer literals (LANES a power of two); nothing is bounds-checked:
+    the call reads 2 * LANES + 2 floats of each row, whatever `count`; float32."""
     row, lanes = _literal_int(ROW, "ROW"), _literal_int(LANES, "LANES")
     if row not in range(4) or lanes < 2 or lanes & (lanes - 1):
         raise TypingError(f"wino_in_tiles: ROW={row} must be 0..3, LANES={lanes} a power of two")
     _require_arrays("wino_in_tiles", (("X", X), ("V", V)))
     _require_integers("wino_in_tiles", (("x_offset", x_offset), ("x_rowstride", x_rowstride), ("v_offset", v_offset),
-                                        ("v_planestride", v_planestride)))
-    sig = types.void(X, x_offset, x_rowstride, V, v_offset, v_planestride, ROW, LANES)
+                                        ("v_planestride", v_planestride), ("count", count)))
+    sig = types.void(X, x_offset, x_rowstride, V, v_offset, v_planestride, count, ROW, LANES)
     # B^T's row ROW: (first row, second row, second's sign)
     first, second, sign = ((0, 2, -1), (1, 2, 1), (2, 1, -1), (1, 3, -1))[row]
 
@@ -623,12 +645,12 @@ def wino_in_tiles(typingctx, X, x_offset, x_rowstride, V, v_offset, v_planestrid
         def i64(i):
             return context.cast(builder, args[i], sig.args[i], types.int64)
 
-        x_off, x_rs, v_off, v_ps = (i64(i) for i in (1, 2, 4, 5))
+        x_off, x_rs, v_off, v_ps, n = (i64(i) for i in (1, 2, 4, 5, 6))
         x_data, v_data = (context.make_array(sig.args[i])(context, builder, args[i]).data for i in (0, 3))
         _, _, _, _, vector_at, _ = _vector_kit(builder, lanes, lanes)
 
-        def const(n):
-            return ir.Constant(_I64, n)
+        def const(k):
+            return ir.Constant(_I64, k)
 
         def row_at(i, shift, half):   # `lanes` floats of window row i from column `shift` + half * lanes
             at = builder.add(builder.add(x_off, builder.mul(const(i), x_rs)), const(shift + half * lanes))
@@ -642,42 +664,69 @@ def wino_in_tiles(typingctx, X, x_offset, x_rowstride, V, v_offset, v_planestrid
             lo, hi = (combine(row_at(first, shift, h), row_at(second, shift, h)) for h in (0, 1))
             cols += [builder.shuffle_vector(lo, hi, even), builder.shuffle_vector(lo, hi, odd)]
         sub, add = builder.fsub, builder.fadd
-        for j, v in enumerate((sub(cols[0], cols[2]), add(cols[1], cols[2]), sub(cols[2], cols[1]),
-                               sub(cols[1], cols[3]))):
-            builder.store(v, vector_at(v_data, builder.add(v_off, builder.mul(const(4 * row + j), v_ps))), align=4)
+        outs = (sub(cols[0], cols[2]), add(cols[1], cols[2]), sub(cols[2], cols[1]), sub(cols[1], cols[3]))
+        _stores(builder, lanes, builder.icmp_signed(">=", n, const(lanes)), n,
+                [(v, vector_at(v_data, builder.add(v_off, builder.mul(const(4 * row + j), v_ps))), 0)
+                 for j, v in enumerate(outs)])
         return context.get_dummy_value()
 
     return sig, codegen
 
 
 @intrinsic(prefer_literal=True)
-def wino_out_tiles(typingctx, M, m_offset, m_planestride, bias, b_offset, O, o_offset, o_rowstride, ROWS, LANES):
+def wino_out_tiles(typingctx, M, m_offset, m_planestride, bias, b_offset, O, o_offset, o_rowstride, count, ROWS, LANES):
     """Winograd F(2x2, 3x3)'s output transform of LANES neighbouring tiles: m_u[xi] =
     M[m_offset + xi * m_planestride + u]; the tiles' 2x2 outputs (A^T m_u A) + bias[b_offset]
-    stored as ROWS (1 or 2: a map's odd last row) output rows of 2 * LANES contiguous pixels at
-    `o_offset + k * o_rowstride`, each row's two columns of every tile interleaved by two
-    shuffles (as generated scalar code, LLVM built these stores from inserts). ROWS and LANES
-    integer literals (LANES a power of two); nothing is bounds-checked; float32."""
+    stored as ROWS (1 or 2: a map's odd last row) output rows of the first `count` (at most
+    2 LANES) of their 2 * LANES pixels at `o_offset + k * o_rowstride`, each row's two columns of
+    every tile interleaved by two shuffles (as generated scalar code, LLVM built these stores
+    from inserts). A partial run (count < 2 LANES: a row's last tiles, an odd map's last column)
+    loads only its tiles' M and stores only its pixels (masked). ROWS and LANES integer literals
+    (LANES a power of two); nothing is bounds-checked; float32."""
     rows, lanes = _literal_int(ROWS, "ROWS"), _literal_int(LANES, "LANES")
     if rows not in (1, 2) or lanes < 2 or lanes & (lanes - 1):
         raise TypingError(f"wino_out_tiles: ROWS={rows} must be 1 or 2, LANES={lanes} a power of two")
     _require_arrays("wino_out_tiles", (("M", M), ("bias", bias), ("O", O)))
     _require_integers("wino_out_tiles", (("m_offset", m_offset), ("m_planestride", m_planestride),
-                                         ("b_offset", b_offset), ("o_offset", o_offset), ("o_rowstride", o_rowstride)))
-    sig = types.void(M, m_offset, m_planestride, bias, b_offset, O, o_offset, o_rowstride, ROWS, LANES)
+                                         ("b_offset", b_offset), ("o_offset", o_offset), ("o_rowstride", o_rowstride),
+                                         ("count", count)))
+    sig = types.void(M, m_offset, m_planestride, bias, b_offset, O, o_offset, o_rowstride, count, ROWS, LANES)
 
     def codegen(context, builder, sig, args):
         def i64(i):
             return context.cast(builder, args[i], sig.args[i], types.int64)
 
-        m_off, m_ps, b_off, o_off, o_rs = (i64(i) for i in (1, 2, 4, 6, 7))
+        m_off, m_ps, b_off, o_off, o_rs, n = (i64(i) for i in (1, 2, 4, 6, 7, 8))
         m_data, b_data, o_data = (context.make_array(sig.args[i])(context, builder, args[i]).data for i in (0, 3, 5))
-        _, _, _, _, vector_at, splat = _vector_kit(builder, lanes, lanes)
+        vty, _, _, _, vector_at, splat = _vector_kit(builder, lanes, lanes)
+        masked_load, _ = _masked_moves(builder, lanes)
 
-        def const(n):
-            return ir.Constant(_I64, n)
-        m = [[builder.load(vector_at(m_data, builder.add(m_off, builder.mul(const(4 * i + j), m_ps))), align=4)
-              for j in range(4)] for i in range(4)]
+        def const(k):
+            return ir.Constant(_I64, k)
+        full = builder.icmp_signed(">=", n, const(2 * lanes))
+        tiles = builder.ashr(builder.add(n, const(1)), const(1))   # tiles with a pixel to store
+        ptrs = [[vector_at(m_data, builder.add(m_off, builder.mul(const(4 * i + j), m_ps))) for j in range(4)]
+                for i in range(4)]
+        head = builder.basic_block
+        with builder.if_else(full) as (whole, part):
+            with whole:
+                plain = [[builder.load(p, align=4) for p in row] for row in ptrs]
+                whole_end = builder.basic_block
+            with part:
+                mask = _lane_mask(builder, tiles, 0, lanes)
+                zero = ir.Constant(vty, [0.0] * lanes)
+                masked = [[builder.call(masked_load, [p, ir.Constant(ir.IntType(32), 4), mask, zero]) for p in row]
+                          for row in ptrs]
+                part_end = builder.basic_block
+        m = []
+        for i in range(4):
+            m.append([])
+            for j in range(4):
+                phi = builder.phi(vty)
+                phi.add_incoming(plain[i][j], whole_end)
+                phi.add_incoming(masked[i][j], part_end)
+                m[i].append(phi)
+        del head
         b = splat(builder.load(builder.gep(b_data, [b_off]), align=4))
         sub, add = builder.fsub, builder.fadd
         a = [[add(add(m[0][j], m[1][j]), m[2][j]) for j in range(4)],
@@ -686,12 +735,14 @@ def wino_out_tiles(typingctx, M, m_offset, m_planestride, bias, b_offset, O, o_o
         half = lanes // 2
         lo = ir.Constant(ir.VectorType(i32, lanes), [q // 2 + (q % 2) * lanes for q in range(lanes)])
         hi = ir.Constant(ir.VectorType(i32, lanes), [half + q // 2 + (q % 2) * lanes for q in range(lanes)])
+        stores = []
         for k in range(rows):
             y0 = add(add(add(a[k][0], a[k][1]), a[k][2]), b)
             y1 = add(sub(sub(a[k][1], a[k][2]), a[k][3]), b)
             at = builder.add(o_off, builder.mul(const(k), o_rs))
-            builder.store(builder.shuffle_vector(y0, y1, lo), vector_at(o_data, at), align=4)
-            builder.store(builder.shuffle_vector(y0, y1, hi), vector_at(o_data, builder.add(at, const(lanes))), align=4)
+            stores += [(builder.shuffle_vector(y0, y1, lo), vector_at(o_data, at), 0),
+                       (builder.shuffle_vector(y0, y1, hi), vector_at(o_data, builder.add(at, const(lanes))), lanes)]
+        _stores(builder, lanes, full, n, stores)
         return context.get_dummy_value()
 
     return sig, codegen

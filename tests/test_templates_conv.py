@@ -862,7 +862,7 @@ def _winograd(wl, tile="4x24", target=None):
 ], ids=["even", "odd-batch2-res", "relu6", "pad2", "valid"])
 def test_winograd_matches_numpy(wl, tile):
     """algo winograd (F(2x2, 3x3)): weights transformed at prepare, the input transform
-    (`wino_in_tiles` runs + tile-by-tile remainder), the plane GEMM over 16 groups, the output
+    (`wino_in_tiles`, full and partial runs), the plane GEMM over 16 groups, the output
     transform (`wino_out_tiles`, odd maps' last row and column) and the epilogue; the tuner's
     own accuracy rule (a direct conv's tolerance) on its check inputs, the wide set included."""
     cfg = _winograd(wl, tile)
@@ -879,8 +879,8 @@ def test_winograd_avx512_vectors_match_numpy():
     it for this CPU: runs of 16 tiles and the remainder."""
     wl = conv_wl(1, 20, 9, 41, 36, epi=("res", "relu"))
     cfg = _winograd(wl, "14x32", AVX512)
-    assert cfg["tile_code"] == "vec16" and "wino_in_tiles(Xp, xo + 2 * tw, WP, V, vo + tw, C * P, 0, 16)" in \
-        render(CONV.lower(wl, cfg).module)
+    assert cfg["tile_code"] == "vec16" and "wino_in_tiles(Xp, xo + 2 * ts, WP, V, vo + ts, C * P, min(16, TW - ts), " \
+        "0, 16)" in render(CONV.lower(wl, cfg).module)
     check(CONV, wl, cfg)
 
 

@@ -435,23 +435,23 @@ BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.fl
 AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
 
 
-@pytest.mark.parametrize("lanes", [8, 4, 16])
-def test_wino_in_tiles_matches_numpy(backend, lanes):
-    """`wino_in_tiles`: per ROW of B^T d, LANES tiles' 4x4 windows (columns 2u .. 2u + 3 of four
-    rows) into V's four planes 4 ROW + j at their offset; nothing else written."""
+@pytest.mark.parametrize("lanes, count", [(8, 8), (4, 4), (16, 16), (8, 5), (16, 1)])
+def test_wino_in_tiles_matches_numpy(backend, lanes, count):
+    """`wino_in_tiles`: per ROW of B^T d, the first `count` of LANES tiles' 4x4 windows (columns
+    2u .. 2u + 3 of four rows) into V's four planes 4 ROW + j at their offset; nothing else written."""
     from schedules.loopnest import Call
-    body = tuple(Call(f"wino_in_tiles(X, xo, xr, V, vo, vp, {row}, {lanes})") for row in range(4))
+    body = tuple(Call(f"wino_in_tiles(X, xo, xr, V, vo, vp, n, {row}, {lanes})") for row in range(4))
     params = (Param("X", "float32[::1]"), Param("V", "float32[::1]")) + tuple(
-        Param(n, "int64") for n in ("xo", "xr", "vo", "vp"))
+        Param(n, "int64") for n in ("xo", "xr", "vo", "vp", "n"))
     fn = backend.load(backend.compile(LoopModule((Function("tiles", params, body),))))["tiles"]
     rng = np.random.default_rng(lanes)
     xo, xr, vo, vp = 3, 2 * lanes + 7, 5, lanes + 3
     X = rng.standard_normal(xo + 4 * xr).astype(np.float32)
     V = np.full(vo + 16 * vp, -7.0, np.float32)
-    fn(X, V, xo, xr, vo, vp)
+    fn(X, V, xo, xr, vo, vp, count)
     rows = np.stack([X[xo + i * xr: xo + i * xr + 2 * lanes + 2] for i in range(4)]).astype(np.float64)
     written = np.zeros(V.size, bool)
-    for u in range(lanes):
+    for u in range(count):
         want = BT @ rows[:, 2 * u: 2 * u + 4] @ BT.T
         for xi in range(16):
             assert V[vo + xi * vp + u] == pytest.approx(want[xi // 4, xi % 4], abs=1e-5)
@@ -459,26 +459,29 @@ def test_wino_in_tiles_matches_numpy(backend, lanes):
     assert (V[~written] == -7).all()
 
 
-@pytest.mark.parametrize("lanes, rows", [(8, 2), (8, 1), (4, 2), (16, 1)])
-def test_wino_out_tiles_matches_numpy(backend, lanes, rows):
-    """`wino_out_tiles`: LANES tiles' A^T m A + bias as ROWS output rows of 2 LANES pixels (each
-    tile's two columns side by side); nothing else written."""
+@pytest.mark.parametrize("lanes, rows, count", [(8, 2, 16), (8, 1, 16), (4, 2, 8), (16, 1, 32), (8, 2, 11), (8, 1, 4),
+                                               (16, 2, 1)])
+def test_wino_out_tiles_matches_numpy(backend, lanes, rows, count):
+    """`wino_out_tiles`: LANES tiles' A^T m A + bias as ROWS output rows of their first `count`
+    of 2 LANES pixels (each tile's two columns side by side); nothing else written, nothing read
+    past the tiles a partial run stores (M is cut short there)."""
     from schedules.loopnest import Call
-    call = Call(f"wino_out_tiles(M, mo, mp, B, bo, O, oo, orow, {rows}, {lanes})")
+    call = Call(f"wino_out_tiles(M, mo, mp, B, bo, O, oo, orow, n, {rows}, {lanes})")
     params = (Param("M", "float32[::1]"), Param("B", "float32[::1]"), Param("O", "float32[::1]")) + tuple(
-        Param(n, "int64") for n in ("mo", "mp", "bo", "oo", "orow"))
+        Param(n, "int64") for n in ("mo", "mp", "bo", "oo", "orow", "n"))
     fn = backend.load(backend.compile(LoopModule((Function("tiles", params, (call,)),))))["tiles"]
     rng = np.random.default_rng(lanes + rows)
     mo, mp, bo, oo, orow = 2, lanes + 5, 1, 4, 2 * lanes + 3
-    M, B = rng.standard_normal(mo + 16 * mp).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    used = (count + 1) // 2   # tiles with a pixel to store
+    M, B = rng.standard_normal(mo + 15 * mp + used).astype(np.float32), rng.standard_normal(3).astype(np.float32)
     O = np.full(oo + 2 * orow, -7.0, np.float32)
-    fn(M, B, O, mo, mp, bo, oo, orow)
+    fn(M, B, O, mo, mp, bo, oo, orow, count)
     written = np.zeros(O.size, bool)
-    for u in range(lanes):
+    for u in range(used):
         m = np.array([M[mo + xi * mp + u] for xi in range(16)], np.float64).reshape(4, 4)
         want = AT @ m @ AT.T + B[bo]
         for k in range(rows):
-            for c in range(2):
+            for c in range(2 if 2 * u + 1 < count else 1):
                 assert O[oo + k * orow + 2 * u + c] == pytest.approx(want[k, c], abs=1e-5)
                 written[oo + k * orow + 2 * u + c] = True
     assert (O[~written] == -7).all()

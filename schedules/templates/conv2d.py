@@ -721,7 +721,8 @@ class Conv2dTemplate(Template):
         arg = Packed if w_const else Work
         wino_w = Call("wino_w", (In(1, (OC, C * 9), "float32"), arg("U"), Scalar(OC), Scalar(C)), items=OC, parallel=par)
         pack_w = Call("pack_w", (arg("U"), arg("Wp"), Scalar(XI), Scalar(OC), Scalar(C)), items=XI * n_oct, parallel=par)
-        hp, wq = 2 * TH + 2, 2 * TW + 2   # the zero-bordered plane the 4x4 windows read
+        wq = 2 * TW + 2   # the zero-bordered plane the 4x4 windows read, and spare rows for a run's overrun
+        hp = 2 * TH + 2 + -(-(2 * lanes + 2) // wq)
         pad = Call("pad", (In(0, (N, C, H, W), "float32"), Work("Xp"),
                            *(Scalar(v) for v in (N, C, H, W, hp, wq, geo["PT"], geo["PL"]))), items=N * C, parallel=par)
         wino_in = Call("wino_in", (Work("Xp"), Work("V"), *(Scalar(v) for v in (N, C, TH, TW))), items=N * C, parallel=par)

@@ -48,27 +48,20 @@ def wino_weights() -> Function:
     return Function("wino_w", params, (thread_share("oc", "OC", body=(For("c", "0", "C", tuple(body)),)),))
 
 
-def _input_tile(i: int) -> tuple:
-    """Statements transforming tile tw's window, row i of B^T d (scalar code: the tiles past the
-    last full vector)."""
-    a, b, op = ((0, 2, "-"), (1, 2, "+"), (2, 1, "-"), (1, 3, "-"))[i]
-    out = [Assign(f"r{j}", f"Xp[n, c, 2 * th + {a}, 0, 2 * tw + {j}] {op} Xp[n, c, 2 * th + {b}, 0, 2 * tw + {j}]")
-           for j in range(4)]
-    cols = ("r0 - r2", "r1 + r2", "r2 - r1", "r1 - r3")   # (B^T d) B: the columns of row i
-    return tuple(out + [Assign(f"V[n, {4 * i + j} * C + c, th * TW + tw]", e) for j, e in enumerate(cols)])
-
-
 def wino_input(lanes: int) -> Function:
     """V[n, xi * C + c, th * TW + tw] = (B^T d B)[xi], d the 4x4 window at rows 2 th .. 2 th + 3 and
     columns 2 tw .. 2 tw + 3 of the zero-bordered input Xp[n, c, row, 0, column], B^T = [[1, 0, -1, 0],
     [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]: per plane one pass over its tiles for each row of
-    B^T d (4 of V's 16 planes: `wino_in_tiles`), runs of `lanes` tiles as one call, the rest tile by
-    tile; thread t of T transforms its share of the input planes."""
+    B^T d (4 of V's 16 planes: `wino_in_tiles`), runs of `lanes` tiles a call, a row's last run
+    moved left to end at the row's end (some tiles computed twice: no masked stores), partial
+    only in rows of fewer tiles (its loads run on past the row: Xp has spare rows at the bottom);
+    thread t of T transforms its share of the input planes."""
     passes = tuple(For("th", "0", "TH", (
         Assign("xo", "((n * C + c) * HP + 2 * th) * WP"), Assign("vo", "(n * 16 * C + c) * P + th * TW"),
-        For("tw", "0", f"TW - {lanes - 1}", (
-            Call(f"wino_in_tiles(Xp, xo + 2 * tw, WP, V, vo + tw, C * P, {i}, {lanes})"),), step=str(lanes)),
-        For("tw", f"TW - TW % {lanes}", "TW", _input_tile(i)),
+        For("tw", "0", "TW", (
+            Assign("ts", f"max(0, min(tw, TW - {lanes}))"),
+            Call(f"wino_in_tiles(Xp, xo + 2 * ts, WP, V, vo + ts, C * P, min({lanes}, TW - ts), {i}, {lanes})"),),
+            step=str(lanes)),
     )) for i in range(4))
     body = (
         thread_share("p", "N * C", body=(
@@ -81,32 +74,20 @@ def wino_input(lanes: int) -> Function:
     return Function("wino_in", params, body)
 
 
-def _output_tile(rows: int) -> tuple:
-    """Statements for tile tw's `rows` x 2 outputs + bias into Y (scalar code: the tiles past the
-    last full vector); its second column only where the map has it."""
-    out = [Assign(f"m{i}{j}", f"M[n, {4 * i + j} * OC + oc, th * TW + tw]") for i in range(4) for j in range(4)]
-    for j in range(4):   # A^T m
-        out += [Assign(f"a0{j}", f"m0{j} + m1{j} + m2{j}"), Assign(f"a1{j}", f"m1{j} - m2{j} - m3{j}")]
-    for k in range(rows):   # (A^T m) A
-        out += [Assign(f"Y[n, oc, (2 * th + {k}) * OW + 2 * tw]", f"a{k}0 + a{k}1 + a{k}2 + bo"),
-                If("2 * tw + 1 < OW", (Assign(f"Y[n, oc, (2 * th + {k}) * OW + 2 * tw + 1]",
-                                              f"a{k}1 - a{k}2 - a{k}3 + bo"),))]
-    return tuple(out)
-
-
 def wino_output(epi: Epilogue, lanes: int) -> Function:
     """out[n, oc, (2 th + k) * OW + 2 tw + l] = (A^T m A)[k, l] + bias[oc] for m = M[n, xi * OC + oc,
-    th * TW + tw], A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]: runs of `lanes` tiles whose pixels lie in
-    the map as one `wino_out_tiles` call, the rest tile by tile (pixels past an odd map's last row
-    or column are not stored); then the epilogue over the plane (contiguous: LLVM vectorizes it).
+    th * TW + tw], A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]: runs of `lanes` tiles a `wino_out_tiles`
+    call, a row's last run moved left to end at the row's end, partial (masked) only where the
+    map's width is odd or under 2 `lanes` (pixels past the map's last column, and past an odd
+    map's last row, are not stored); then the epilogue over the plane (contiguous: LLVM vectorizes it).
     With a residual input (which may be the output buffer itself) the tiles go to the workspace
     Y and the epilogue pass reads it, else Y is the output and the pass runs in place. Thread t
     of T finishes its share of the (image, channel) planes."""
     def row_of_tiles(rows: int) -> tuple:
-        return (For("tw", "0", f"OW // 2 - {lanes - 1}", (
-                    Call(f"wino_out_tiles(M, mo + tw, OC * P, bias, oc, Y, yo + 2 * tw, OW, {rows}, {lanes})"),),
-                    step=str(lanes)),
-                For("tw", f"OW // 2 - (OW // 2) % {lanes}", "TW", _output_tile(rows)))
+        return (For("tw", "0", "TW", (
+            Assign("ts", f"max(0, min(tw, TW - {lanes}))"),
+            Call(f"wino_out_tiles(M, mo + ts, OC * P, bias, oc, Y, yo + 2 * ts, OW, min({2 * lanes}, OW - 2 * ts), "
+                 f"{rows}, {lanes})")), step=str(lanes)),)
     finish = ()
     if epi.steps:
         assigns, result = epi.emit("v", "n * OC + oc", "q", "e", c="oc")

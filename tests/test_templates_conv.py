@@ -868,7 +868,8 @@ def test_winograd_matches_numpy(wl, tile):
     cfg = _winograd(wl, tile)
     lowered = CONV.lower(wl, cfg)
     assert [s.function for s in lowered.launch.prepare] == ["wino_w", "pack_w"]
-    assert [s.function for s in lowered.launch.steps] == ["pad", "wino_in", "conv", "wino_out"]
+    assert lowered.launch.functions() == ["wino_w", "pack_w", "pad", "wino_in", "conv", "wino_out"]
+    assert lowered.launch.steps[1].count == wl.inputs[0]["shape"][0]   # transforms and GEMM per image
     src = render(lowered.module)
     assert "wino_in_tiles(" in src and "wino_out_tiles(" in src
     check(CONV, wl, cfg)
@@ -893,7 +894,7 @@ def test_winograd_with_run_time_weights_and_the_residual_as_output_buffer():
     wl = make_wl(ops, [((1, 12, 10, 13), "float32", False), ((20, 12, 3, 3), "float32", False),
                        ((20,), "float32", True)])
     cfg = _winograd(wl, "4x16")
-    assert [s.function for s in CONV.lower(wl, cfg).launch.steps][:2] == ["wino_w", "pack_w"]
+    assert [getattr(s, "function", None) for s in CONV.lower(wl, cfg).launch.steps][:2] == ["wino_w", "pack_w"]
     check(CONV, wl, cfg)
     wl = conv_wl(1, 24, 14, 15, 24, epi=("res", "relu"))
     cfg = _winograd(wl, "4x24")

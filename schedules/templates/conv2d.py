@@ -696,8 +696,8 @@ class Conv2dTemplate(Template):
 
     def _lower_winograd(self, wl: Workload, cfg: Config, geo: dict, epi: Epilogue) -> Lowered:
         """F(2x2, 3x3) (`conv2d_winograd`): the weights transformed and packed at prepare; per call
-        the phase-split pad, the input transform, the plane GEMM (`_gemm_1x1`) over the 16
-        transformed planes as 16 groups, and the output transform with bias and epilogue."""
+        the zero-bordered pad, then per image the input transform, the plane GEMM (`_gemm_1x1`)
+        over the 16 transformed planes as 16 groups, and the output transform with bias and epilogue."""
         mr, nr = _tile_dims(cfg["regtile"])
         par, OCB, PB = cfg["parallel"], cfg["OCB"], cfg["PB"]
         code = cfg.get("tile_code", "slp")
@@ -725,19 +725,23 @@ class Conv2dTemplate(Template):
         hp = 2 * TH + 2 + -(-(2 * lanes + 2) // wq)
         pad = Call("pad", (In(0, (N, C, H, W), "float32"), Work("Xp"),
                            *(Scalar(v) for v in (N, C, H, W, hp, wq, geo["PT"], geo["PL"]))), items=N * C, parallel=par)
-        wino_in = Call("wino_in", (Work("Xp"), Work("V"), *(Scalar(v) for v in (N, C, TH, TW))), items=N * C, parallel=par)
+        # per image (`Repeat`): V and M hold one image's transforms (at batch 32 on 32x32 maps a batch's
+        # V of 34 MB ran the conv 1.6x slower than the blocked kernel; per image they stay in L2/L3)
+        wino_in = Call("wino_in", (Work("Xp"), Work("V"), Var("n"), *(Scalar(v) for v in (C, TH, TW))), items=C,
+                       parallel=par)
         gemm = Call("conv", (Work("V"), arg("Wp"), Table("zeros"), Work("M"),
-                             *(Scalar(v) for v in (N, XI * C, XI * OC, XI, P, OCB, PB))),
-                    items=N * XI * -(-n_oct // OCB) * -(-(-(-P // nr)) // PB), parallel=par)
+                             *(Scalar(v) for v in (1, XI * C, XI * OC, XI, P, OCB, PB))),
+                    items=XI * -(-n_oct // OCB) * -(-(-(-P // nr)) // PB), parallel=par)
         bias, tables = _bias(wl, OC)
         extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
         staged = epi.reads_output_sized   # a residual may be the output buffer: the tiles go to Y first
         out = Out((N, OC, OH * OW))
-        wino_out = Call("wino_out", (Work("M"), bias, *extras, Work("Y") if staged else out, out,
-                                     *(Scalar(v) for v in (N, OC, OH, OW, TH, TW))), items=N * OC, parallel=par)
-        work = (Buffer("Xp", (N, C, hp, 1, wq)), Buffer("V", (N, XI * C, P)), Buffer("M", (N, XI * OC, P))) \
-            + ((Buffer("Y", (N, OC, OH * OW)),) if staged else ())
-        steps = (pad, wino_in, gemm, wino_out)
+        wino_out = Call("wino_out", (Work("M"), bias, *extras, Work("Y") if staged else out, out, Var("n"),
+                                     Scalar(0) if staged else Var("n"), *(Scalar(v) for v in (OC, OH, OW, TH, TW))),
+                        items=OC, parallel=par)
+        work = (Buffer("Xp", (N, C, hp, 1, wq)), Buffer("V", (1, XI * C, P)), Buffer("M", (1, XI * OC, P))) \
+            + ((Buffer("Y", (1, OC, OH * OW)),) if staged else ())
+        steps = (pad, Repeat("n", N, (wino_in, gemm, wino_out)))
         if not w_const:
             steps, work = (wino_w, pack_w) + steps, (u, wp) + work
         return Lowered(module, Launch(steps, prepare=(wino_w, pack_w) if w_const else (),

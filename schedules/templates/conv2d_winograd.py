@@ -49,40 +49,39 @@ def wino_weights() -> Function:
 
 
 def wino_input(lanes: int) -> Function:
-    """V[n, xi * C + c, th * TW + tw] = (B^T d B)[xi], d the 4x4 window at rows 2 th .. 2 th + 3 and
+    """For image n: V[0, xi * C + c, th * TW + tw] = (B^T d B)[xi], d the 4x4 window at rows 2 th .. 2 th + 3 and
     columns 2 tw .. 2 tw + 3 of the zero-bordered input Xp[n, c, row, 0, column], B^T = [[1, 0, -1, 0],
     [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]: per plane one pass over its tiles for each row of
     B^T d (4 of V's 16 planes: `wino_in_tiles`), runs of `lanes` tiles a call, a row's last run
     moved left to end at the row's end (some tiles computed twice: no masked stores), partial
     only in rows of fewer tiles (its loads run on past the row: Xp has spare rows at the bottom);
-    thread t of T transforms its share of the input planes."""
+    thread t of T transforms its share of the image's input planes."""
     passes = tuple(For("th", "0", "TH", (
-        Assign("xo", "((n * C + c) * HP + 2 * th) * WP"), Assign("vo", "(n * 16 * C + c) * P + th * TW"),
+        Assign("xo", "((n * C + c) * HP + 2 * th) * WP"), Assign("vo", "c * P + th * TW"),
         For("tw", "0", "TW", (
             Assign("ts", f"max(0, min(tw, TW - {lanes}))"),
             Call(f"wino_in_tiles(Xp, xo + 2 * ts, WP, V, vo + ts, C * P, min({lanes}, TW - ts), {i}, {lanes})"),),
             step=str(lanes)),
     )) for i in range(4))
     body = (
-        thread_share("p", "N * C", body=(
-            Assign("n", "p // C"), Assign("c", "p % C"),
+        thread_share("c", "C", body=(
             Assign("HP", "Xp.shape[2]"), Assign("WP", "Xp.shape[4]"), Assign("P", "V.shape[2]"),
         ) + passes),
     )
     params = (Param("Xp", "float32[:, :, :, :, ::1]"), Param("V", "float32[:, :, ::1]")) + tuple(
-        Param(n, "int64") for n in ("N", "C", "TH", "TW", "t", "T"))
+        Param(n, "int64") for n in ("n", "C", "TH", "TW", "t", "T"))
     return Function("wino_in", params, body)
 
 
 def wino_output(epi: Epilogue, lanes: int) -> Function:
-    """out[n, oc, (2 th + k) * OW + 2 tw + l] = (A^T m A)[k, l] + bias[oc] for m = M[n, xi * OC + oc,
+    """For image n: out[n, oc, (2 th + k) * OW + 2 tw + l] = (A^T m A)[k, l] + bias[oc] for m = M[0, xi * OC + oc,
     th * TW + tw], A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]: runs of `lanes` tiles a `wino_out_tiles`
     call, a row's last run moved left to end at the row's end, partial (masked) only where the
     map's width is odd or under 2 `lanes` (pixels past the map's last column, and past an odd
     map's last row, are not stored); then the epilogue over the plane (contiguous: LLVM vectorizes it).
     With a residual input (which may be the output buffer itself) the tiles go to the workspace
-    Y and the epilogue pass reads it, else Y is the output and the pass runs in place. Thread t
-    of T finishes its share of the (image, channel) planes."""
+    Y (its image yn = 0) and the epilogue pass reads it, else Y is the output (yn = n) and the
+    pass runs in place. Thread t of T finishes its share of the image's channels."""
     def row_of_tiles(rows: int) -> tuple:
         return (For("tw", "0", "TW", (
             Assign("ts", f"max(0, min(tw, TW - {lanes}))"),
@@ -91,18 +90,18 @@ def wino_output(epi: Epilogue, lanes: int) -> Function:
     finish = ()
     if epi.steps:
         assigns, result = epi.emit("v", "n * OC + oc", "q", "e", c="oc")
-        finish = (Assign("yrow", "Y[n, oc]"), Assign("orow", "out[n, oc]"), For("q", "0", "OH * OW", (
+        finish = (Assign("yrow", "Y[yn, oc]"), Assign("orow", "out[n, oc]"), For("q", "0", "OH * OW", (
             Assign("v", "yrow[q]"),) + tuple(Assign(name, e) for name, e in assigns) + (Assign("orow[q]", result),)),)
     body = (
-        thread_share("p", "N * OC", body=(
-            Assign("n", "p // OC"), Assign("oc", "p % OC"), Assign("bo", "bias[oc]"), Assign("P", "M.shape[2]"),
+        thread_share("oc", "OC", body=(
+            Assign("bo", "bias[oc]"), Assign("P", "M.shape[2]"),
             For("th", "0", "TH", (
-                Assign("mo", "(n * 16 * OC + oc) * P + th * TW"), Assign("yo", "(n * OC + oc) * OH * OW + 2 * th * OW"),
+                Assign("mo", "oc * P + th * TW"), Assign("yo", "(yn * OC + oc) * OH * OW + 2 * th * OW"),
                 If("2 * th + 1 < OH", row_of_tiles(2), row_of_tiles(1)),   # the last row of an odd map
             )),
         ) + finish),
     )
     params = (Param("M", "float32[:, :, ::1]"), Param("bias", "float32[::1]")) + tuple(
         Param(n, t) for n, t in epi.params()) + (Param("Y", "float32[:, :, ::1]"), Param("out", "float32[:, :, ::1]")) \
-        + tuple(Param(n, "int64") for n in ("N", "OC", "OH", "OW", "TH", "TW", "t", "T"))
+        + tuple(Param(n, "int64") for n in ("n", "yn", "OC", "OH", "OW", "TH", "TW", "t", "T"))
     return Function("wino_out", params, epi.prelude() + body)

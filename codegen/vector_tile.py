@@ -707,7 +707,6 @@ def wino_out_tiles(typingctx, M, m_offset, m_planestride, bias, b_offset, O, o_o
         tiles = builder.ashr(builder.add(n, const(1)), const(1))   # tiles with a pixel to store
         ptrs = [[vector_at(m_data, builder.add(m_off, builder.mul(const(4 * i + j), m_ps))) for j in range(4)]
                 for i in range(4)]
-        head = builder.basic_block
         with builder.if_else(full) as (whole, part):
             with whole:
                 plain = [[builder.load(p, align=4) for p in row] for row in ptrs]
@@ -726,7 +725,6 @@ def wino_out_tiles(typingctx, M, m_offset, m_planestride, bias, b_offset, O, o_o
                 phi.add_incoming(plain[i][j], whole_end)
                 phi.add_incoming(masked[i][j], part_end)
                 m[i].append(phi)
-        del head
         b = splat(builder.load(builder.gep(b_data, [b_off]), align=4))
         sub, add = builder.fsub, builder.fadd
         a = [[add(add(m[0][j], m[1][j]), m[2][j]) for j in range(4)],

@@ -777,13 +777,18 @@ def test_1x1_residual_may_be_the_output_buffer(wl):
     may run it in place): every element's residual is read before its store overwrites it, on
     full tiles (through ct, unsigned indices) and edge tiles alike, both tile codes."""
     for code in ("slp", tile_codes()[1]):
-        cfg = config(wl, algo="direct", vec="px", regtile="4x16", order="px_oc", OCB=1, PB=1, tile_code=code)
-        arrays = wl.random_inputs(0)
-        want = wl.reference(arrays)
-        shared = arrays[3].copy()
-        arrays[3] = shared
-        compile_kernel(CONV, wl, cfg).bind(arrays)(arrays, shared)
-        np.testing.assert_allclose(shared, want, rtol=1e-4, atol=1e-4)
+        residual_as_output(wl, config(wl, algo="direct", vec="px", regtile="4x16", order="px_oc", OCB=1, PB=1,
+                                      tile_code=code))
+
+
+def residual_as_output(wl, cfg):
+    """Run `cfg` with the residual input (input 3) and the output one buffer, against NumPy."""
+    arrays = wl.random_inputs(0)
+    want = wl.reference(arrays)
+    shared = arrays[3].copy()
+    arrays[3] = shared
+    compile_kernel(CONV, wl, cfg).bind(arrays)(arrays, shared)
+    np.testing.assert_allclose(shared, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("wl", [
@@ -897,13 +902,7 @@ def test_winograd_with_run_time_weights_and_the_residual_as_output_buffer():
     assert [getattr(s, "function", None) for s in CONV.lower(wl, cfg).launch.steps][:2] == ["wino_w", "pack_w"]
     check(CONV, wl, cfg)
     wl = conv_wl(1, 24, 14, 15, 24, epi=("res", "relu"))
-    cfg = _winograd(wl, "4x24")
-    arrays = wl.random_inputs(0)
-    want = wl.reference(arrays)
-    shared = arrays[3].copy()
-    arrays[3] = shared
-    compile_kernel(CONV, wl, cfg).bind(arrays)(arrays, shared)
-    np.testing.assert_allclose(shared, want, rtol=1e-4, atol=1e-4)
+    residual_as_output(wl, _winograd(wl, "4x24"))
 
 
 def test_winograd_is_offered_for_3x3_stride_1_convs_and_their_avx2_default():

@@ -7,15 +7,16 @@ reduction over the input channels becomes 16 independent GEMMs of 2.25x fewer FM
     U[xi][oc, c] = (G g[oc, c] G^T)[xi]        the weights, once at prepare time
     V[xi][c, t]  = (B^T d[c, t] B)[xi]         `wino_input`: per input plane, tiles t along rows
     M[xi][oc, t] = sum_c U[xi][oc, c] V[xi][c, t]   the 1x1 GEMM over the plane (`_gemm_1x1`)
-                                                     with 16 groups: V and M are [16 * C, T]
+                                                     with 16 groups: V and M are [16 * C, P]
     y[oc, tile]  = A^T M[.][oc, t] A + bias, epilogue   `wino_output`
 
+per image (V and M hold one image's tiles; P >= the tiles, odd: see `conv2d._lower_winograd`).
 The transforms' constants are 0, +-1 and 1/2 (F(2x2, 3x3): the one whose float32 rounding stays
 within a direct conv's tolerance; F(4x4, 3x3) multiplies 4x less but its transforms scale by up
-to 5). The input is first copied phase-split and zero-bordered (the blocked and direct kernels'
-`pad` step with stride 2), so the window of tile column tw is columns tw and tw + 1 of the two
-phase planes: every load and store of the transforms is contiguous along a row of tiles, and
-LLVM vectorizes them.
+to 5). The input is first copied zero-bordered (the `pad` step of the direct kernels); the
+transforms are vector-IR calls over runs of neighbouring tiles (`codegen.vector_tile`'s
+`wino_in_tiles`, `wino_out_tiles`): contiguous loads split into even and odd columns, and stores
+interleaved back, by shuffles.
 """
 from __future__ import annotations
 
@@ -49,9 +50,9 @@ def wino_weights() -> Function:
 
 
 def wino_input(lanes: int) -> Function:
-    """For image n: V[0, xi * C + c, th * TW + tw] = (B^T d B)[xi], d the 4x4 window at rows 2 th .. 2 th + 3 and
-    columns 2 tw .. 2 tw + 3 of the zero-bordered input Xp[n, c, row, 0, column], B^T = [[1, 0, -1, 0],
-    [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]: per plane one pass over its tiles for each row of
+    """For image n: V[0, xi * C + c, th * TW + tw] = (B^T d B)[xi], d the 4x4 window at rows
+    2 th .. 2 th + 3 and columns 2 tw .. 2 tw + 3 of the zero-bordered input Xp[n, c, row, 0, column],
+    B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]: per plane one pass over its tiles for each row of
     B^T d (4 of V's 16 planes: `wino_in_tiles`), runs of `lanes` tiles a call, a row's last run
     moved left to end at the row's end (some tiles computed twice: no masked stores), partial
     only in rows of fewer tiles (its loads run on past the row: Xp has spare rows at the bottom);
@@ -74,8 +75,8 @@ def wino_input(lanes: int) -> Function:
 
 
 def wino_output(epi: Epilogue, lanes: int) -> Function:
-    """For image n: out[n, oc, (2 th + k) * OW + 2 tw + l] = (A^T m A)[k, l] + bias[oc] for m = M[0, xi * OC + oc,
-    th * TW + tw], A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]: runs of `lanes` tiles a `wino_out_tiles`
+    """For image n: out[n, oc, (2 th + k) * OW + 2 tw + l] = (A^T m A)[k, l] + bias[oc] for
+    m = M[0, xi * OC + oc, th * TW + tw], A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]: runs of `lanes` tiles a `wino_out_tiles`
     call, a row's last run moved left to end at the row's end, partial (masked) only where the
     map's width is odd or under 2 `lanes` (pixels past the map's last column, and past an odd
     map's last row, are not stored); then the epilogue over the plane (contiguous: LLVM vectorizes it).
@@ -94,7 +95,7 @@ def wino_output(epi: Epilogue, lanes: int) -> Function:
             Assign("v", "yrow[q]"),) + tuple(Assign(name, e) for name, e in assigns) + (Assign("orow[q]", result),)),)
     body = (
         thread_share("oc", "OC", body=(
-            Assign("bo", "bias[oc]"), Assign("P", "M.shape[2]"),
+            Assign("P", "M.shape[2]"),
             For("th", "0", "TH", (
                 Assign("mo", "oc * P + th * TW"), Assign("yo", "(yn * OC + oc) * OH * OW + 2 * th * OW"),
                 If("2 * th + 1 < OH", row_of_tiles(2), row_of_tiles(1)),   # the last row of an odd map

@@ -604,9 +604,8 @@ class Conv2dTemplate(Template):
             x, work = Work("Xs"), (Buffer("Xs", (N, C, P)),)
             steps = (Call("subsample", (In(0, (N, C, H, W), "float32"), x, *(Scalar(v) for v in (N, C, OH, OW))),
                           items=N * C, parallel=par),)
-        conv = Call("conv", (x, pack_w.args[1], bias, *extras, Out((N, OC, P)),
-                             *(Scalar(v) for v in (N, C, OC, G, P, OCB, PB))),
-                    items=N * G * -(-n_oct // OCB) * -(-(-(-P // nr)) // PB), parallel=par)
+        conv = _gemm_1x1_call((x, pack_w.args[1], bias, *extras, Out((N, OC, P))), (N, C, OC, G, P, OCB, PB), mr, nr,
+                              par)
         steps += (conv,)
         if not w_const:
             steps, work = (pack_w,) + steps, (wp,) + work
@@ -729,9 +728,8 @@ class Conv2dTemplate(Template):
         # V of 34 MB ran the conv 1.6x slower than the blocked kernel; per image they stay in L2/L3)
         wino_in = Call("wino_in", (Work("Xp"), Work("V"), Var("n"), *(Scalar(v) for v in (C, TH, TW))), items=C,
                        parallel=par)
-        gemm = Call("conv", (Work("V"), arg("Wp"), Table("zeros"), Work("M"),
-                             *(Scalar(v) for v in (1, XI * C, XI * OC, XI, P, OCB, PB))),
-                    items=XI * -(-n_oct // OCB) * -(-(-(-P // nr)) // PB), parallel=par)
+        gemm = _gemm_1x1_call((Work("V"), arg("Wp"), Table("zeros"), Work("M")), (1, XI * C, XI * OC, XI, P, OCB, PB),
+                              mr, nr, par)
         bias, tables = _bias(wl, OC)
         extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
         staged = epi.reads_output_sized   # a residual may be the output buffer: the tiles go to Y first
@@ -1333,6 +1331,16 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue, code: str = "slp") ->
     params = _params(epi, (Param("X", "float32[:, :, ::1]"),), "float32[:, :, ::1]") + tuple(
         Param(n, "int64") for n in ("N", "C", "OC", "G", "P", "OCB", "PB", "t", "T"))
     return Function("conv", params, epi.prelude() + body)
+
+
+def _gemm_1x1_call(arrays: tuple, sizes: tuple, mr: int, nr: int, par: bool) -> Call:
+    """The launch step of `_gemm_1x1`'s kernel: its array arguments (X, Wp, bias, extras, out), its
+    sizes (N, C, OC, G, P, OCB, PB) and its work items, (image, group, block of OCB channel tiles,
+    block of PB pixel tiles), as the kernel counts them (1x1 convs, and winograd's 16 planes)."""
+    N, C, OC, G, P, OCB, PB = sizes
+    n_oct, n_pt = -(-(OC // G) // mr), -(-P // nr)
+    return Call("conv", arrays + tuple(Scalar(v) for v in sizes), items=N * G * -(-n_oct // OCB) * -(-n_pt // PB),
+                parallel=par)
 
 
 def _subsample(sh: int, sw: int) -> Function:

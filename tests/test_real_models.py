@@ -134,3 +134,27 @@ def test_reverse_slice_over_a_whole_axis_is_kept():
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     x = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
     np.testing.assert_array_equal(runtime.load(model)(x), np.maximum(x[:, ::-1], 0))
+
+
+def test_winograd_inside_a_real_exported_detector(monkeypatch):
+    """The torch-exported detector (dynamic batch and size) with its 3x3 stride-1 convs as
+    winograd (the default rule opened to every such conv: by default its few channels keep
+    them blocked), at its two shapes, 1 and 2 threads: outputs match onnxruntime."""
+    import schedules.templates.conv2d as conv2d
+    from ir.settings import Settings
+    from schedules.microkernel import vector_shape
+    shape = vector_shape()
+    monkeypatch.setitem(conv2d.WINOGRAD_DEFAULT, shape, (1, 1, 1, "4x24" if shape[0] == 8 else "8x32"))
+    case = next(c for c in CASES if c.name == "detector_dynamo")
+    sess = ort.InferenceSession(str(case.path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    for threads in (1, 2):
+        model = runtime.load(str(case.path), settings=Settings.from_env().with_(threads=threads))
+        for k in (0, 1):
+            feeds = case.feeds(k)
+            kernels = [st.kernel.kernel for st in model.prepare(feeds).steps if st.kernel is not None]
+            assert any(k.template == "conv2d" and k.config["algo"] == "winograd" for k in kernels)
+            got, ref = model.run(feeds), sess.run(None, feeds)
+            for name, r in zip(names, ref):
+                err = float(np.max(np.abs(np.asarray(got[name], np.float64) - r)))
+                assert err <= RTOL * float(np.max(np.abs(r))), (threads, k, name, err)

@@ -69,10 +69,11 @@ def test_the_estimate_of_a_default_only_database_is_the_deployed_models_step_sum
     assert all(p.source == "model run" for p in parts)
     est = deployed_estimate(reports, db, target.key, measured)
     assert est is not None
-    # from the same runs, each step counted once with its median: the step sum, exactly; the kernel step is
-    # most of it (a 512 KiB elementwise pass), so leaving it out, or counting it twice, is far off
+    # from the same runs, each step counted once with its median: the step sum, exactly. Leaving the
+    # kernel step out, or counting it twice, misses by its share, far more than the tolerance. (Its share
+    # itself is the machine's: on a loaded 2-core CI host the shape steps took 70 % of the sum.)
     kernels = sum(p.occurrences * p.seconds for p in parts)
-    assert kernels > 0.3 * measured.tuned_steps_s
+    assert kernels > 1e-6 * measured.tuned_steps_s
     assert est == pytest.approx(measured.tuned_steps_s, rel=1e-9)
 
     # a stored time of that task (a tuner's record of it) does not count: that step never runs

@@ -144,7 +144,7 @@ def test_winograd_inside_a_real_exported_detector(monkeypatch):
     from ir.settings import Settings
     from schedules.microkernel import vector_shape
     shape = vector_shape()
-    monkeypatch.setitem(conv2d.WINOGRAD_DEFAULT, shape, (1, 1, 1, "4x24" if shape[0] == 8 else "8x32"))
+    monkeypatch.setitem(conv2d.WINOGRAD_DEFAULT, shape, (1, 1, ("4x24",) if shape[0] == 8 else ("8x32",)))
     case = next(c for c in CASES if c.name == "detector_dynamo")
     sess = ort.InferenceSession(str(case.path), providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]

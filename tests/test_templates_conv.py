@@ -35,10 +35,11 @@ GEOMETRIES = [
 
 
 def config(wl, **code):
-    """The default config with `code` over it; another algorithm than the default's blocked one
-    gets the knobs that only the blocked tile has at their plain values."""
+    """The default config with `code` over it; another algorithm than blocked gets the knobs that
+    only the blocked tile has at their plain values (a winograd default keeps them as it needs them)."""
     base = CONV.default_config(wl).to_json()
-    if code.get("algo", base["algo"]) != "blocked" and "KC" in base:
+    algo = code.get("algo", base["algo"])
+    if algo != "blocked" and not (algo == base["algo"] == "winograd") and "KC" in base:
         base.update(tile_code="slp", KC=0)
     if code.get("algo") == "dw_blocked":   # its tile is SLP code; a stride-1 depthwise default is vector IR
         base["tile_code"] = "slp"
@@ -584,7 +585,7 @@ def test_avx2_squeeze_1x1_defaults_to_im2col_vector_ir(cin, cout, h, squeeze):
     (10, 1, "14x32"),   # rows of 10 hold no tile of 8 or more: the fewest weight passes
     (1, 1, "4x64"),     # a 1x1 map (was the direct 4x16 kernel: as fast, measured)
 ])
-def test_blocked_default_tile_fits_small_planes(h, s, avx512):
+def test_blocked_default_tile_fits_small_planes(h, s, avx512, monkeypatch):
     """On AVX-512 the untuned blocked tile follows the plane (`blocked_tile`): tiles of 8 or more
     pixels that rows hold whole first, then the fewest pixel tiles (weight passes), then the
     fewest pixels computed; AVX2 takes its small-plane tile on planes of up to 16 pixels (4x16,
@@ -594,6 +595,8 @@ def test_blocked_default_tile_fits_small_planes(h, s, avx512):
     cfg = CONV.default_config(wl, AVX512)
     assert (cfg["algo"], cfg["vec"], cfg["regtile"], cfg["tile_code"]) == ("blocked", "oc", avx512, "vec16")
     assert CONV.space(wl, AVX512).validate(cfg) == cfg
+    import schedules.templates.conv2d as conv2d
+    monkeypatch.setattr(conv2d, "WINOGRAD_DEFAULT", {})   # its stride-1 convs of 16+ tiles take winograd
     avx2 = CONV.default_config(wl, AVX2)
     pixels = wl.output_shape[2] * wl.output_shape[3]
     small = "4x16" if pixels <= 16 else "6x16"
@@ -831,7 +834,7 @@ def test_plane_is_the_avx512_default_for_3x3_stems_only():
     (1, 64, 28, 28, 24, 1, ("blocked", "oc", "4x24")),  # 24 channels: one 24-wide tile, no empty lanes
     (1, 40, 14, 14, 120, 1, ("blocked", "oc", "4x24")),
     (1, 32, 28, 28, 48, 1, ("blocked", "oc", "6x16")),  # 48 fills 16-wide tiles too
-    (1, 64, 16, 16, 64, 1, ("blocked", "oc", "6x16")),  # ResNet's channel counts keep 6x16
+    (1, 64, 16, 16, 64, 1, ("winograd", "px", "6x16")),  # ResNet's channel counts: winograd (`WINOGRAD_DEFAULT`)
     (2, 12, 6, 8, 12, 1, ("blocked", "oc", "6x16")),    # rows under 14, 8-15 input channels (`SMALL_MAP_BLOCKED_CG`)
     (2, 12, 3, 4, 24, 1, ("blocked", "oc", "4x16")),    # a plane of 12 pixels: the small-plane tile first
     (1, 64, 3, 3, 4, 1, ("blocked", "oc", "4x16")),     # few channels on a plane under 16 pixels: blocked as before
@@ -864,14 +867,22 @@ def _winograd(wl, tile="4x24", target=None):
     (conv_wl(1, 19, 7, 37, 17, epi=("clip",)), "6x16"),                    # ReLU6 by scalar inputs; runs + remainder
     (conv_wl(1, 8, 5, 6, 8, p=2, epi=("hardswish",)), "4x24"),              # pads of 2: a 7x8 output
     (conv_wl(1, 16, 12, 34, 24, p=0, epi=("chan",)), "8x16"),               # no pads; a per-channel scale
-], ids=["even", "odd-batch2-res", "relu6", "pad2", "valid"])
+    (conv_wl(1, 32, 7, 7, 40, epi=("relu",)), "6x16"),                     # 16 tiles, one GEMM pixel tile, rows of 21
+    (conv_wl(2, 24, 8, 8, 20, epi=("res",)), "4x24"),                      # 16 tiles under the 24 the tile computes
+], ids=["even", "odd-batch2-res", "relu6", "pad2", "valid", "7x7", "8x8-edge"])
 def test_winograd_matches_numpy(wl, tile):
     """algo winograd (F(2x2, 3x3)): weights transformed at prepare, the input transform
-    (`wino_in_tiles`, full and partial runs), the plane GEMM over 16 groups, the output
-    transform (`wino_out_tiles`, odd maps' last row and column) and the epilogue; the tuner's
-    own accuracy rule (a direct conv's tolerance) on its check inputs, the wide set included."""
+    (`wino_in_tiles`: runs moved left, or on past a narrow row), the plane GEMM over 16 groups on
+    the tiles only (V's rows longer), the output transform (`wino_out_tiles`, odd maps' last row
+    and column) and the epilogue; the tuner's own accuracy rule (a direct conv's tolerance) on its
+    check inputs, the wide set included."""
     cfg = _winograd(wl, tile)
     lowered = CONV.lower(wl, cfg)
+    oh, ow = wl.output_shape[2:]
+    tiles, tw = -(-oh // 2) * -(-ow // 2), -(-ow // 2)
+    gemm = lowered.launch.steps[1].body[1]
+    row = {b.name: b.shape for b in lowered.launch.workspaces}["V"][2]
+    assert gemm.args[-3].value == tiles and row % 2 == 1 and row >= tiles + max(0, 8 - tw)
     assert [s.function for s in lowered.launch.prepare] == ["wino_w", "pack_w"]
     assert lowered.launch.functions() == ["wino_w", "pack_w", "pad", "wino_in", "conv", "wino_out"]
     assert lowered.launch.steps[1].count == wl.inputs[0]["shape"][0]   # transforms and GEMM per image
@@ -885,8 +896,8 @@ def test_winograd_avx512_vectors_match_numpy():
     it for this CPU: runs of 16 tiles and the remainder."""
     wl = conv_wl(1, 20, 9, 41, 36, epi=("res", "relu"))
     cfg = _winograd(wl, "14x32", AVX512)
-    assert cfg["tile_code"] == "vec16" and "wino_in_tiles(Xp, xo + 2 * ts, WP, V, vo + ts, C * P, min(16, TW - ts), " \
-        "0, 16)" in render(CONV.lower(wl, cfg).module)
+    assert cfg["tile_code"] == "vec16" and "wino_in_tiles(Xp, xo + 2 * ts, WP, V, vo + ts, C * P, 16, 0, 16)" \
+        in render(CONV.lower(wl, cfg).module)
     check(CONV, wl, cfg)
 
 
@@ -915,8 +926,12 @@ def test_winograd_is_offered_for_3x3_stride_1_convs_and_their_avx2_default():
     with pytest.raises(ConfigError, match="vector-IR plane GEMM"):
         wl = conv_wl(1, 64, 16, 16, 64)
         CONV.space(wl).validate({**_winograd(wl).to_json(), "tile_code": "slp"})
-    for (c, h, oc), algo in [((64, 56, 64), "winograd"), ((128, 28, 128), "winograd"), ((512, 7, 512), "winograd"),
-                             ((256, 14, 256), "winograd"), ((64, 14, 64), "blocked"), ((32, 56, 32), "blocked"),
-                             ((256, 7, 256), "blocked"), ((128, 14, 128), "blocked"), ((512, 2, 512), "blocked")]:
-        assert CONV.default_config(conv_wl(1, c, h, h, oc, epi=("relu",)), AVX2)["algo"] == algo, (c, h, oc)
+    # the GEMM's tile: 4x24, or 6x16 where it computes 10 % fewer columns of the plane's tiles
+    for (c, h, oc), algo in [((64, 56, 64), "winograd 4x24"), ((128, 28, 128), "winograd 4x24"),
+                             ((512, 7, 512), "winograd 6x16"), ((256, 14, 256), "winograd 6x16"),
+                             ((64, 14, 64), "winograd 6x16"), ((256, 7, 256), "winograd 6x16"),
+                             ((128, 8, 128), "winograd 6x16"), ((64, 32, 96), "winograd 4x24"),
+                             ((32, 56, 32), "blocked"), ((256, 4, 256), "blocked"), ((512, 2, 512), "blocked")]:
+        cfg = CONV.default_config(conv_wl(1, c, h, h, oc, epi=("relu",)), AVX2)
+        assert (cfg["algo"] + (f" {cfg['regtile']}" if cfg["algo"] == "winograd" else "")) == algo, (c, h, oc)
     assert CONV.default_config(conv_wl(1, 64, 56, 56, 64), AVX512)["algo"] == "blocked"   # not measured there

@@ -42,7 +42,7 @@ Algorithms (`algo`):
 - `plane` (stems of 1-4 input channels, kernels up to 3x3, one group; the AVX-512 default
   there): the same intrinsic over every input plane for 8 output channels a tile, no pad step;
 - `winograd` (3x3, stride 1, no dilation, one group; the AVX2 default from 64 channels on planes
-  of 128+ tiles, `WINOGRAD_DEFAULT`): F(2x2, 3x3), 2.25x fewer multiplies: input and output
+  of 16+ tiles, `WINOGRAD_DEFAULT`): F(2x2, 3x3), 2.25x fewer multiplies: input and output
   transforms around the plane GEMM of the 1x1 convs over 16 transformed planes (`conv2d_winograd`).
 
 Strided convs read a *phase-split* copy of the input: the pad step writes
@@ -192,15 +192,18 @@ SMALL_PLANE_1X1_DEEP = {(8, 16): 128}
 SQUEEZE_IM2COL = ((8, 16),)
 # per vector shape: the 3x3 stride-1 convs (one group, no dilation) that take `winograd` (F(2x2, 3x3),
 # `conv2d_winograd`) by default: (least of input and output channels, least tiles of 2x2 output
-# pixels, least product of the two), and its GEMM's tile. The GEMM's work grows with both, the
-# transforms' with the tiles only, and planes of fewer tiles than its pixel tile run its edge path.
-# Alone, 1 thread, CPU time, against the blocked default and onnxruntime (AMD EPYC Zen 3, 2026-12-07,
-# interleaved): ResNet-18 at 224's 64->64 @56 2770 -> 1927 us (onnxruntime 2756), 128->128 @28 2571
-# -> 1756 (2528), 256->256 @14 3079 -> 2292 (2734), 512->512 @7 3200 -> 2612 (2872), at 2 threads
-# 1.07-1.36x faster than blocked; slower: 256->256 @7 1.18x, 128->128 @14 1.08x, 64->64 @14 1.27x,
-# 128->128 @8 1.19x, 256->256 @4 2.8x, 512->512 @2 7.5x (ResNet-18 at 64: 2x slower end to end
-# with a rule that let those in); 32->32 @56 even. AVX-512 not measured: a tuning choice there.
-WINOGRAD_DEFAULT = {(8, 16): (64, 16, 8192, "4x24")}
+# pixels), and its GEMM's tiles (`_winograd_tile`: the first, or a later one that computes 10 % fewer
+# columns of the tiles: 6x16 computes 16 of 7x7's 16 tiles where 4x24 computes 24). Alone, 1 thread,
+# CPU time, against the blocked default and onnxruntime (AMD EPYC Zen 3, 2026-12-07, interleaved):
+# ResNet-18 at 224's 64->64 @56 2770 -> 1927 us (onnxruntime 2756), 128->128 @28 2571 -> 1756 (2528),
+# 256->256 @14 3079 -> 2292 (2734), 512->512 @7 3276 -> 2303 (3470; 4x24 3276), at 2 threads 1.07-1.36x
+# faster than blocked; smaller maps, once the GEMM computed no column past the tiles and narrow rows
+# stored no masked vectors: 64->64 @16 226 -> 162 us (onnxruntime 235), 64->64 @14 179 -> 155 (187),
+# 128->128 @14 658 -> 486 (666), 128->128 @8 223 -> 140 (214), 256->256 @7 708 -> 536 (641); slower:
+# 256->256 @4 (4 tiles) 2x, 512->512 @2 7.5x (ResNet-18 at 64: 2x slower end to end with a rule that
+# let those in), and under 64 channels 32->64 @64 1.02x, 32->32 @8 1.15x, 16->16 @64 1.24x (32->32
+# @16 and @32 1.2-1.3x faster). AVX-512 not measured: a tuning choice there.
+WINOGRAD_DEFAULT = {(8, 16): (64, 16, ("4x24", "6x16"))}
 # vector shapes whose depthwise convs (one output channel per input channel, no residual input)
 # take `dw_blocked` with its vector-IR tile (`block_taps`) by default, at any stride and row width.
 # AVX2 (Zen 3, 1 thread, 2026-12-07), alone against the defaults before: stride 2 1.05-1.5x faster
@@ -453,8 +456,9 @@ class Conv2dTemplate(Template):
         wino = WINOGRAD_DEFAULT.get(shape)
         tiles = -(-oh // 2) * -(-ow // 2)
         if wino is not None and DEFAULT_VECTOR_IR and _winograd_fits(geo) and min(cg, oc) >= wino[0] \
-                and tiles >= wino[1] and min(cg, oc) * tiles >= wino[2]:
-            return self.space(wl, target).validate({**base, "algo": "winograd", "vec": "px", "regtile": wino[3],
+                and tiles >= wino[1]:
+            return self.space(wl, target).validate({**base, "algo": "winograd", "vec": "px",
+                                                    "regtile": _winograd_tile(wino[2], tiles),
                                                     "order": "px_oc", "OCB": 4, "PB": 4,
                                                     "tile_code": tile_codes(target)[1]})
         if blocked:
@@ -704,13 +708,17 @@ class Conv2dTemplate(Template):
         OC = int(wl.inputs[1]["shape"][0])
         OH, OW = (int(d) for d in wl.output_shape[2:])
         TH, TW = -(-OH // 2), -(-OW // 2)
-        # V's and M's rows: an odd length, so that their 16 planes (C or OC rows apart) do not all lie
-        # a multiple of 4 KiB apart, in the same cache sets (64->64 @56, Zen 3: 2161 -> 1927 us a call)
-        P, n_oct = TH * TW + 1 - TH * TW % 2, -(-OC // mr)
-        none = Epilogue((), ())
         lanes = tile_lanes(code, nr)   # the transforms' vectors: the GEMM tile's
+        # V's and M's rows: an odd length S, so that their 16 planes (C or OC rows apart) do not all lie
+        # a multiple of 4 KiB apart, in the same cache sets (64->64 @56, Zen 3: 2161 -> 1927 us a call),
+        # with room for `wino_input`'s full-vector stores past a narrow map's last row; the GEMM computes
+        # the P tiles only (at 7x7 a 17th column took a second 16-pixel tile)
+        P, n_oct = TH * TW, -(-OC // mr)
+        S = max(P, P - TW + lanes)
+        S += 1 - S % 2
+        none = Epilogue((), ())
         module = LoopModule((wino_weights(), _pack_w(mr), _pad(1), wino_input(lanes),
-                             _gemm_1x1(mr, nr, cfg["order"], none, code), wino_output(epi, lanes)),
+                             _gemm_1x1(mr, nr, cfg["order"], none, code, strided_rows=True), wino_output(epi, lanes)),
                             doc=f"conv2d kernel: winograd F(2x2, 3x3) GEMM vec=px regtile={mr}x{nr} order={cfg['order']}"
                             + (f" tile_code={code}" if code != "slp" else "")
                             + f", epilogue {[st[0]['op'] for st in epi.steps]}",
@@ -737,7 +745,8 @@ class Conv2dTemplate(Template):
         wino_out = Call("wino_out", (Work("M"), bias, *extras, Work("Y") if staged else out, out, Var("n"),
                                      Scalar(0) if staged else Var("n"), *(Scalar(v) for v in (OC, OH, OW, TH, TW))),
                         items=OC, parallel=par)
-        work = (Buffer("Xp", (N, C, hp, 1, wq)), Buffer("V", (1, XI * C, P)), Buffer("M", (1, XI * OC, P))) \
+        # V: a spare row for the GEMM's edge tile, which reads NR columns of a row of fewer
+        work = (Buffer("Xp", (N, C, hp, 1, wq)), Buffer("V", (1, XI * C + 1, S)), Buffer("M", (1, XI * OC, S))) \
             + ((Buffer("Y", (1, OC, OH * OW)),) if staged else ())
         steps = (pad, Repeat("n", N, (wino_in, gemm, wino_out)))
         if not w_const:
@@ -902,6 +911,20 @@ def _depthwise_tiles(values: dict, block_taps: bool = False) -> str | None:
         return f"dw_plane tiles are rows x pixels ({', '.join(DW_PLANE_TILES)}) of vector-IR code (tile_code " \
                "vec<lanes>), one plane per work item (PB=1)"
     return None
+
+
+def _winograd_tile(tiles: tuple, count: int) -> str:
+    """Of winograd's GEMM tiles in order of preference, the first, unless a later one computes 10 %
+    fewer columns over the `count` tiles of a plane (its pixel tiles cover them, the last moved left;
+    a plane of fewer than NR tiles still computes NR)."""
+    def columns(tile: str) -> int:
+        nr = _tile_dims(tile)[1]
+        return -(-count // nr) * nr
+    best = tiles[0]
+    for tile in tiles[1:]:
+        if columns(tile) <= 0.9 * columns(best):
+            best = tile
+    return best
 
 
 def _winograd_fits(geo: dict) -> bool:
@@ -1189,7 +1212,8 @@ def _direct_px_in_place(mr: int, nr: int, geo: dict, epi: Epilogue) -> tuple:
 
 
 def _px_vector_tile(mr: int, w: int, lanes: int, a_rows: list, a_kstride: str, b: str, b_offset: str,
-                    b_kstride: str, n_k: str, full: str, edge_count: str, epi: Epilogue, shift: str = "0") -> tuple:
+                    b_kstride: str, n_k: str, full: str, edge_count: str, epi: Epilogue, shift: str = "0",
+                    stride: str = "P") -> tuple:
     """The channels x pixels tile (MR output channels from oc0 x W pixels from p0 of the plane
     P) as one `tile_fma` call (`codegen.vector_tile`): rows of Wp (`a_rows`) times `b`'s
     contiguous pixels over the reduction `n_k` (an integer or its nest form). Where the tile lies
@@ -1213,7 +1237,7 @@ def _px_vector_tile(mr: int, w: int, lanes: int, a_rows: list, a_kstride: str, b
                    + (For("q", "0", str(w), (Assign("uq", "np.uint64(p0 + q)"),
                                              Assign("v", "og[uoc, uq] + bo" if bias else "og[uoc, uq]"))
                           + tuple(Assign(n, x) for n, x in assigns) + (Assign("og[uoc, uq]", result),)),))
-    in_place = (call("og", "oc0 * P + p0", "P"), over_stored(epi, True))
+    in_place = (call("og", f"oc0 * {stride} + p0", stride), over_stored(epi, True))
     edge = (call("ct", "0", "ct.shape[1]"),
             For("r", "0", str(mr), _store_px(mr, w, epi, "og[oc]", "p0", edge_count, "pq",
                                              tile=f"ct[r, q + {shift}]" if shift != "0" else "ct[r, q]")))
@@ -1285,7 +1309,7 @@ def _gemm_1x1_epilogue(epi: Epilogue, mr: int, nr: int):
     return lambda r, c: bias(r, c) + in_registers(r, c)
 
 
-def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue, code: str = "slp") -> Function:
+def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue, code: str = "slp", strided_rows: bool = False) -> Function:
     """A 1x1 stride-1 conv as a GEMM over the image's plane, out[n][OC, P] = W[OC, C] @ X[n][C, P]:
     MR output channels x NR pixels of accumulators, vectors along the pixels (contiguous in
     NCHW), the input read in place and a full tile stored straight from its accumulators with
@@ -1293,7 +1317,12 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue, code: str = "slp") ->
     or 24, MobileNet's expand convs) the k loop is short, so the store is much of the tile's
     work: through `ct` and a loop over its rows it cost as much as the FMAs. Without extras (a
     residual input may be the output buffer itself) the last pixel tile moves left to end at
-    the plane's end, so planes of at least NR pixels store full tiles only."""
+    the plane's end, so planes of at least NR pixels store full tiles only.
+
+    `strided_rows` (winograd's planes, vector-IR tile, no epilogue): the rows of X and out are
+    their arrays' own length S apart, longer than the P pixels computed (`_lower_winograd`)."""
+    stride = "S" if strided_rows else "P"
+    assert not strided_rows or (tile_lanes(code, nr) and not epi.steps), "strided rows: vector IR, no epilogue"
     a_load = lambda r: f"Wp[g, oct, uk, u{r}]"        # noqa: E731
     b_load = lambda q: f"xg[uci, up0 + u{q}]"         # noqa: E731
     k_loops = lambda body: (For("k", "0", "Cg", (      # noqa: E731
@@ -1305,8 +1334,10 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue, code: str = "slp") ->
         tile = (Assign("p0", p0), Assign("pc", f"min(p0, max(0, P - {nr}))" if aliased else "p0"),
                 Assign("oc0", f"g * OCg + oct * {mr}"), Assign("wb", f"(g * n_oct + oct) * Cg * {mr}")) \
             + _px_vector_tile(mr, nr, lanes, [f"wb + {r}" for r in range(mr)], str(mr), "X",
-                              "(n * C + g * Cg) * P + pc", "P", "Cg", full=f"oct * {mr} + {mr} <= OCg and p0 + {nr} <= P",
-                              edge_count=f"min({nr}, P - p0)", epi=epi, shift="p0 - pc" if aliased else "0")
+                              f"(n * C + g * Cg) * {stride} + pc", stride, "Cg",
+                              full=f"oct * {mr} + {mr} <= OCg and p0 + {nr} <= P",
+                              edge_count=f"min({nr}, P - p0)", epi=epi, shift="p0 - pc" if aliased else "0",
+                              stride=stride)
     else:
         edge = _store_px(mr, nr, epi, "og[oc]", "p0", f"min({nr}, P - p0)", "pq")
         p0 = f"min(pt * {nr}, max(0, P - {nr}))" if not epi.reads_output_sized else f"pt * {nr}"
@@ -1317,7 +1348,7 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue, code: str = "slp") ->
                                  comment=f"{mr}x{nr} register tile (output channels x pixels of the plane), "
                                          f"SLP-vectorized along pixels, stored from registers")
     body = (
-        Assign("Cg", "C // G"), Assign("OCg", "OC // G"),
+        Assign("Cg", "C // G"), Assign("OCg", "OC // G"), *((Assign("S", "X.shape[2]"),) if strided_rows else ()),
         Assign("n_oct", f"(OCg + {mr - 1}) // {mr}"), Assign("n_ob", "(n_oct + OCB - 1) // OCB"),
         Assign("n_pt", f"(P + {nr - 1}) // {nr}"), Assign("n_pb", "(n_pt + PB - 1) // PB"),
         *(Assign(f"u{q}", f"np.uint64({q})") for q in (range(max(mr, nr)) if not lanes else ())),

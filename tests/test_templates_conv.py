@@ -874,7 +874,7 @@ def test_winograd_matches_numpy(wl, tile):
     """algo winograd (F(2x2, 3x3)): weights transformed at prepare, the input transform
     (`wino_in_tiles`: runs moved left, or on past a narrow row), the plane GEMM over 16 groups on
     the tiles only (V's rows longer), the output transform (`wino_out_tiles`, odd maps' last row
-    and column) and the epilogue; the tuner's own accuracy rule (a direct conv's tolerance) on its
+    and column; a narrow map's whole runs through a workspace) and the epilogue; the tuner's own accuracy rule (a direct conv's tolerance) on its
     check inputs, the wide set included."""
     cfg = _winograd(wl, tile)
     lowered = CONV.lower(wl, cfg)
@@ -882,7 +882,11 @@ def test_winograd_matches_numpy(wl, tile):
     tiles, tw = -(-oh // 2) * -(-ow // 2), -(-ow // 2)
     gemm = lowered.launch.steps[1].body[1]
     row = {b.name: b.shape for b in lowered.launch.workspaces}["V"][2]
-    assert gemm.args[-3].value == tiles and row % 2 == 1 and row >= tiles + max(0, 8 - tw)
+    lanes = int(cfg["tile_code"][3:])   # the transforms' vectors (vec8 or vec16, the host's)
+    assert gemm.args[-3].value == tiles and row % 2 == 1 and row >= tiles + max(0, lanes - tw)
+    if tw < lanes:   # narrow maps: the output transform stores whole runs into Y's longer rows, then copies out
+        th = -(-oh // 2)
+        assert {b.name: b.shape for b in lowered.launch.workspaces}["Y"] == (1, wl.output_shape[1], 4 * th * lanes)
     assert [s.function for s in lowered.launch.prepare] == ["wino_w", "pack_w"]
     assert lowered.launch.functions() == ["wino_w", "pack_w", "pad", "wino_in", "conv", "wino_out"]
     assert lowered.launch.steps[1].count == wl.inputs[0]["shape"][0]   # transforms and GEMM per image

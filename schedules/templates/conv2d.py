@@ -716,9 +716,13 @@ class Conv2dTemplate(Template):
         P, n_oct = TH * TW, -(-OC // mr)
         S = max(P, P - TW + lanes)
         S += 1 - S % 2
+        # maps narrower than a run: each run of `wino_output` would store masked vectors (wide maps of odd
+        # width only their rows' last: there the copy out costs more, 64->64 @55 204-260 -> 286-329 us)
+        padded = TW < lanes
         none = Epilogue((), ())
         module = LoopModule((wino_weights(), _pack_w(mr), _pad(1), wino_input(lanes),
-                             _gemm_1x1(mr, nr, cfg["order"], none, code, strided_rows=True), wino_output(epi, lanes)),
+                             _gemm_1x1(mr, nr, cfg["order"], none, code, strided_rows=True),
+                             wino_output(epi, lanes, padded)),
                             doc=f"conv2d kernel: winograd F(2x2, 3x3) GEMM vec=px regtile={mr}x{nr} order={cfg['order']}"
                             + (f" tile_code={code}" if code != "slp" else "")
                             + f", epilogue {[st[0]['op'] for st in epi.steps]}",
@@ -740,14 +744,16 @@ class Conv2dTemplate(Template):
                               mr, nr, par)
         bias, tables = _bias(wl, OC)
         extras = tuple(e.arg(wl, N * OC, OH * OW, wl.output_shape) for e in epi.extras)
-        staged = epi.reads_output_sized   # a residual may be the output buffer: the tiles go to Y first
+        # a residual may be the output buffer: the tiles go to Y first; so do a narrow map's (`padded`: Y's
+        # rows hold whole runs; `wino_out` at 256->256 @7 53-58 -> 22-41 us, 64->64 @14 25-28 -> 16-21)
+        staged = epi.reads_output_sized or padded
         out = Out((N, OC, OH * OW))
         wino_out = Call("wino_out", (Work("M"), bias, *extras, Work("Y") if staged else out, out, Var("n"),
                                      Scalar(0) if staged else Var("n"), *(Scalar(v) for v in (OC, OH, OW, TH, TW))),
                         items=OC, parallel=par)
         # V: a spare row for the GEMM's edge tile, which reads NR columns of a row of fewer
         work = (Buffer("Xp", (N, C, hp, 1, wq)), Buffer("V", (1, XI * C + 1, S)), Buffer("M", (1, XI * OC, S))) \
-            + ((Buffer("Y", (1, OC, OH * OW)),) if staged else ())
+            + ((Buffer("Y", (1, OC, 2 * TH * 2 * max(TW, lanes) if padded else OH * OW)),) if staged else ())
         steps = (pad, Repeat("n", N, (wino_in, gemm, wino_out)))
         if not w_const:
             steps, work = (wino_w, pack_w) + steps, (u, wp) + work

@@ -76,32 +76,44 @@ def wino_input(lanes: int) -> Function:
     return Function("wino_in", params, body)
 
 
-def wino_output(epi: Epilogue, lanes: int) -> Function:
+def wino_output(epi: Epilogue, lanes: int, padded: bool = False) -> Function:
     """For image n: out[n, oc, (2 th + k) * OW + 2 tw + l] = (A^T m A)[k, l] + bias[oc] for
     m = M[0, xi * OC + oc, th * TW + tw], A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]: runs of `lanes` tiles a `wino_out_tiles`
-    call, a row's last run moved left to end at the row's end, partial (masked) only where the
-    map's width is odd or under 2 `lanes` (pixels past the map's last column, and past an odd
-    map's last row, are not stored); then the epilogue over the plane (contiguous: LLVM vectorizes it).
-    With a residual input (which may be the output buffer itself) the tiles go to the workspace
-    Y (its image yn = 0) and the epilogue pass reads it, else Y is the output (yn = n) and the
-    pass runs in place. Thread t of T finishes its share of the image's channels."""
+    call, a row's last run moved left to end at the row's end (masked where the map's width is odd:
+    the pixels past its last column, and past an odd map's last row, are not stored); then the epilogue over the plane
+    (contiguous: LLVM vectorizes it). With a residual input (which may be the output buffer itself)
+    the tiles go to the workspace Y (its image yn = 0) and the epilogue pass reads it, else Y is the
+    output (yn = n) and the pass runs in place.
+
+    `padded` (maps of fewer than `lanes` tiles a row, whose every run would store masked vectors,
+    slow on Zen 3; wider maps of odd width store their rows' last runs masked): Y is the workspace of 2 TH rows of YW >= 2 max(TW, lanes) pixels, every run
+    loads `lanes` tiles of M (its rows have room, `conv2d._lower_winograd`) and stores two whole
+    rows of 2 `lanes` pixels, and the epilogue pass copies the OH x OW pixels out. Thread t of T
+    finishes its share of the image's channels."""
     def row_of_tiles(rows: int) -> tuple:
+        count = str(2 * lanes) if padded else f"min({2 * lanes}, OW - 2 * ts)"
         return (For("tw", "0", "TW", (
             Assign("ts", f"max(0, min(tw, TW - {lanes}))"),
-            Call(f"wino_out_tiles(M, mo + ts, OC * P, bias, oc, Y, yo + 2 * ts, OW, min({2 * lanes}, OW - 2 * ts), "
+            Call(f"wino_out_tiles(M, mo + ts, OC * P, bias, oc, Y, yo + 2 * ts, {'YW' if padded else 'OW'}, {count}, "
                  f"{rows}, {lanes})")), step=str(lanes)),)
     finish = ()
-    if epi.steps:
+    if padded:
+        assigns, result = epi.emit("v", "n * OC + oc", "oh * OW + ow", "e", c="oc")
+        finish = (Assign("yrow", "Y[yn, oc]"), Assign("orow", "out[n, oc]"), For("oh", "0", "OH", (
+            For("ow", "0", "OW", (Assign("v", "yrow[oh * YW + ow]"),) + tuple(Assign(name, e) for name, e in assigns)
+                + (Assign("orow[oh * OW + ow]", result),)),)),)
+    elif epi.steps:
         assigns, result = epi.emit("v", "n * OC + oc", "q", "e", c="oc")
         finish = (Assign("yrow", "Y[yn, oc]"), Assign("orow", "out[n, oc]"), For("q", "0", "OH * OW", (
             Assign("v", "yrow[q]"),) + tuple(Assign(name, e) for name, e in assigns) + (Assign("orow[q]", result),)),)
+    plane, row = ("2 * TH * YW", "YW") if padded else ("OH * OW", "OW")
+    tiles = row_of_tiles(2) if padded else (If("2 * th + 1 < OH", row_of_tiles(2), row_of_tiles(1)),)  # an odd map's last row
     body = (
         thread_share("oc", "OC", body=(
-            Assign("P", "M.shape[2]"),
+            Assign("P", "M.shape[2]"), *((Assign("YW", "Y.shape[2] // (2 * TH)"),) if padded else ()),
             For("th", "0", "TH", (
-                Assign("mo", "oc * P + th * TW"), Assign("yo", "(yn * OC + oc) * OH * OW + 2 * th * OW"),
-                If("2 * th + 1 < OH", row_of_tiles(2), row_of_tiles(1)),   # the last row of an odd map
-            )),
+                Assign("mo", "oc * P + th * TW"), Assign("yo", f"(yn * OC + oc) * {plane} + 2 * th * {row}"),
+            ) + tiles),
         ) + finish),
     )
     params = (Param("M", "float32[:, :, ::1]"), Param("bias", "float32[::1]")) + tuple(

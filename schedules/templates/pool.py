@@ -33,6 +33,9 @@ def _geo(wl: Workload):
     return node, strides, dil, pads, outs, extra
 
 
+SEPARABLE_MIN_WIDTH = 48   # input rows from which strided windows reduce rows first (`default_config`)
+
+
 class PoolTemplate(Template):
     name = "pool"
     version = 2   # v2: the default's window loops are loops (unroll=False); the `algo` knob came later
@@ -58,17 +61,19 @@ class PoolTemplate(Template):
         ])
 
     def default_config(self, wl: Workload) -> Config:
-        """Separable for stride-1 windows of 9 or more pixels, where a row's windows share most of
+        """Separable for windows of 9 or more pixels at stride 1, where a row's windows share most of
         their columns: MaxPool 5x5/1 (YOLO's SPPF) 1.4-1.7x faster than the window loops,
-        AveragePool 3x3/1 1.8x, MaxPool 3x3/1 even; strided windows share few, and ResNet-18's
-        MaxPool 3x3/2 ran 0.71x as fast separable on 64 ch @ 32 (even @ 112) (1 thread,
-        Emerald Rapids, 2026-12-06, experiments/bench_pool.md). Otherwise 8 pixels of a row at
-        once, the window loops kept: ResNet-18's MaxPool 3x3/2 ran as fast as unrolled (min
+        AveragePool 3x3/1 1.8x, MaxPool 3x3/1 even; and strided on rows of `SEPARABLE_MIN_WIDTH`
+        pixels or more: ResNet-18's MaxPool 3x3/2 ran 0.71x as fast separable on 64 ch @ 32, even
+        @ 112 (1 thread, Emerald Rapids, 2026-12-06, experiments/bench_pool.md), and on Zen 3 (AVX2,
+        2026-12-07) 1.09x as long @ 32, 0.86x @ 48, 0.64-0.74x @ 56-112. Otherwise 8 pixels of a row
+        at once, the window loops kept: ResNet-18's MaxPool 3x3/2 ran as fast as unrolled (min
         0.37-0.40 vs 0.41 ms, 1 thread) and compiled in 0.55 CPU s, not 1.0
-        (experiments/bench_compile.md, 2026-12-02)."""
+        (experiments/bench_compile.md, 2026-12-02). 2x2/2 windows share no column: window loops."""
         node, strides, _, _, _, _ = _geo(wl)
         kh, kw = node.attrs["kernel_shape"]
-        algo = "separable" if tuple(strides) == (1, 1) and kh * kw >= 9 else "window"
+        wide = int(wl.inputs[0]["shape"][3]) >= SEPARABLE_MIN_WIDTH
+        algo = "separable" if kh * kw >= 9 and (tuple(strides) == (1, 1) or wide) else "window"
         return self.space(wl).validate({"algo": algo, "owtile": 8, "unroll": False, "parallel": True, "PB": 4})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:

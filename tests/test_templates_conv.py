@@ -883,7 +883,10 @@ def test_winograd_matches_numpy(wl, tile):
     gemm = lowered.launch.steps[1].body[1]
     row = {b.name: b.shape for b in lowered.launch.workspaces}["V"][2]
     lanes = int(cfg["tile_code"][3:])   # the transforms' vectors (vec8 or vec16, the host's)
-    assert gemm.args[-3].value == tiles and row % 2 == 1 and row >= tiles + max(0, lanes - tw)
+    # rows aligned to 8 floats, or odd, and never planes a multiple of 4 KiB apart (the same cache sets)
+    c, oc = wl.inputs[0]["shape"][1], wl.output_shape[1]
+    assert (row % 8 == 0 or row % 2 == 1) and row * c % 1024 and row * oc % 1024
+    assert gemm.args[-3].value == tiles and row >= tiles + max(0, lanes - tw)
     if tw < lanes:   # narrow maps: the output transform stores whole runs into Y's longer rows, then copies out
         th = -(-oh // 2)
         assert {b.name: b.shape for b in lowered.launch.workspaces}["Y"] == (1, wl.output_shape[1], 4 * th * lanes)
@@ -939,3 +942,7 @@ def test_winograd_is_offered_for_3x3_stride_1_convs_and_their_avx2_default():
         cfg = CONV.default_config(conv_wl(1, c, h, h, oc, epi=("relu",)), AVX2)
         assert (cfg["algo"] + (f" {cfg['regtile']}" if cfg["algo"] == "winograd" else "")) == algo, (c, h, oc)
     assert CONV.default_config(conv_wl(1, 64, 56, 56, 64), AVX512)["algo"] == "blocked"   # not measured there
+    # V's and M's rows: 32-byte aligned where the planes then avoid each other's cache sets, else odd
+    from schedules.templates.conv2d import _plane_row
+    assert [_plane_row(784, (64, 64)), _plane_row(196, (128, 128)), _plane_row(20, (64, 96)), _plane_row(50, (256, 256))] \
+        == [792, 197, 24, 51]

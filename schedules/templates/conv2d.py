@@ -709,13 +709,10 @@ class Conv2dTemplate(Template):
         OH, OW = (int(d) for d in wl.output_shape[2:])
         TH, TW = -(-OH // 2), -(-OW // 2)
         lanes = tile_lanes(code, nr)   # the transforms' vectors: the GEMM tile's
-        # V's and M's rows: an odd length S, so that their 16 planes (C or OC rows apart) do not all lie
-        # a multiple of 4 KiB apart, in the same cache sets (64->64 @56, Zen 3: 2161 -> 1927 us a call),
-        # with room for `wino_input`'s full-vector stores past a narrow map's last row; the GEMM computes
-        # the P tiles only (at 7x7 a 17th column took a second 16-pixel tile)
+        # V's and M's rows (`_plane_row`), with room for `wino_input`'s full-vector stores past a narrow
+        # map's last row; the GEMM computes the P tiles only (at 7x7 a 17th column took a second 16-pixel tile)
         P, n_oct = TH * TW, -(-OC // mr)
-        S = max(P, P - TW + lanes)
-        S += 1 - S % 2
+        S = _plane_row(max(P, P - TW + lanes), (C, OC))
         # maps narrower than a run: each run of `wino_output` would store masked vectors (wide maps of odd
         # width only their rows' last: there the copy out costs more, 64->64 @55 204-260 -> 286-329 us)
         padded = TW < lanes
@@ -917,6 +914,20 @@ def _depthwise_tiles(values: dict, block_taps: bool = False) -> str | None:
         return f"dw_plane tiles are rows x pixels ({', '.join(DW_PLANE_TILES)}) of vector-IR code (tile_code " \
                "vec<lanes>), one plane per work item (PB=1)"
     return None
+
+
+def _plane_row(least: int, channels: tuple) -> int:
+    """The length of winograd's V and M rows, at least `least` floats: a multiple of 8 (rows 32-byte
+    aligned: the GEMM's vector loads cross no cache line) whose planes, `channels` rows apart, do
+    not lie a multiple of 4 KiB apart (16 planes in the same cache sets: 64->64 @56 ran 3x slower
+    in the input transform); where every such length does (128 channels and more), an odd one. 1
+    thread, Zen 3, interleaved: 64->64 @56 2458-2471 -> 2177 us with rows of 792 against 785 (784,
+    aligned in the same sets: 2295); 128->128 @28 1606-1627 us with 197 (208, aligned in the same
+    sets: 1605)."""
+    for row in range(-(-least // 8) * 8, least + 64, 8):
+        if all(row * c % 1024 for c in channels):
+            return row
+    return least + 1 - least % 2
 
 
 def _winograd_tile(tiles: tuple, count: int) -> str:

@@ -79,14 +79,14 @@ def wino_input(lanes: int) -> Function:
 def wino_output(epi: Epilogue, lanes: int, padded: bool = False) -> Function:
     """For image n: out[n, oc, (2 th + k) * OW + 2 tw + l] = (A^T m A)[k, l] + bias[oc] for
     m = M[0, xi * OC + oc, th * TW + tw], A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]: runs of `lanes` tiles a `wino_out_tiles`
-    call, a row's last run moved left to end at the row's end (masked where the map's width is odd:
-    the pixels past its last column, and past an odd map's last row, are not stored); then the epilogue over the plane
-    (contiguous: LLVM vectorizes it). With a residual input (which may be the output buffer itself)
-    the tiles go to the workspace Y (its image yn = 0) and the epilogue pass reads it, else Y is the
-    output (yn = n) and the pass runs in place.
+    call, a row's last run moved left to end at the row's end (masked where the map's width is
+    odd: pixels past its last column, and past an odd map's last row, are not stored); then the
+    epilogue over the plane (contiguous: LLVM vectorizes it). With a residual input (which may be
+    the output buffer itself) the tiles go to the workspace Y (its image yn = 0) and the epilogue
+    pass reads it, else Y is the output (yn = n) and the pass runs in place.
 
     `padded` (maps of fewer than `lanes` tiles a row, whose every run would store masked vectors,
-    slow on Zen 3; wider maps of odd width store their rows' last runs masked): Y is the workspace of 2 TH rows of YW >= 2 max(TW, lanes) pixels, every run
+    slow on Zen 3): Y is the workspace of 2 TH rows of YW >= 2 max(TW, lanes) pixels, every run
     loads `lanes` tiles of M (its rows have room, `conv2d._lower_winograd`) and stores two whole
     rows of 2 `lanes` pixels, and the epilogue pass copies the OH x OW pixels out. Thread t of T
     finishes its share of the image's channels."""
@@ -107,7 +107,8 @@ def wino_output(epi: Epilogue, lanes: int, padded: bool = False) -> Function:
         finish = (Assign("yrow", "Y[yn, oc]"), Assign("orow", "out[n, oc]"), For("q", "0", "OH * OW", (
             Assign("v", "yrow[q]"),) + tuple(Assign(name, e) for name, e in assigns) + (Assign("orow[q]", result),)),)
     plane, row = ("2 * TH * YW", "YW") if padded else ("OH * OW", "OW")
-    tiles = row_of_tiles(2) if padded else (If("2 * th + 1 < OH", row_of_tiles(2), row_of_tiles(1)),)  # an odd map's last row
+    # Y's rows in pairs (padded), or an odd map's last row alone
+    tiles = row_of_tiles(2) if padded else (If("2 * th + 1 < OH", row_of_tiles(2), row_of_tiles(1)),)
     body = (
         thread_share("oc", "OC", body=(
             Assign("P", "M.shape[2]"), *((Assign("YW", "Y.shape[2] // (2 * TH)"),) if padded else ()),

@@ -45,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--min-repeat-ms", type=float, default=20.0, help="minimum length of one repeat (default 20)")
     p.add_argument("--flush-cache", action="store_true", help="evict the CPU caches before every timing repeat")
     p.add_argument("--measure-runs", type=int, default=10, metavar="N",
-                   help="after tuning, time the whole model N times with its tuned kernels (0: skip)")
+                   help="after tuning, time the whole model at least N times with its tuned kernels, and untuned, "
+                        "in turn, as many as fill 0.25 s (0: skip)")
     p.add_argument("--verify-runs", type=int, default=10, metavar="N",
                    help="after tuning, time each tuned subgraph inside the model against its default config N runs "
                         "and deploy the faster (0: skip; default 10)")
@@ -257,7 +258,7 @@ def _run(args) -> int:
                                     reports.verification)
             print(f"end-to-end at {points[0] or 'static shape'}: "
                   f"{agreement_line(est, deployed.tuned_steps_s, deployed.default_steps_s)} (whole model deployed "
-                  f"from the database and untuned, in turn, {args.measure_runs} runs: each step's median, summed)")
+                  f"from the database and untuned, in turn, {deployed.runs} runs: each step's median, summed)")
             if args.log_file:
                 import json
                 import time

@@ -636,14 +636,18 @@ def measure_deployed(model, db, sizes: dict | None = None, runs: int = 10, seed:
     check kept) and with default configs, run in turn on the same random inputs after a
     warm-up run each, so that the load of a shared machine hits both alike: a
     `tuner.verify.Measured` (medians, and the deployed model's time per kernel workload
-    and outside its kernels)."""
+    and outside its kernels). At least `runs` calls of each, and as many as fill the in-model
+    check's span (`tuner.verify.runs_to_span`): 10 calls of the bundled MLP (0.25 ms) are
+    2.5 ms of measurement, and the same deployment timed twice so read 1.25-1.62x apart
+    ("tuned/untuned" with the tuned config rejected, Zen 3, 2026-12-07)."""
     import runtime
     from runtime.cli import random_feeds
-    from tuner.verify import measured_pair
+    from tuner.verify import measured_pair, runs_to_span
     settings = resolve(settings)
     tuned = runtime.load(model, db=db, fallback=fallback, target=settings.backend, settings=settings)
     default = runtime.load(model, fallback=fallback, target=settings.backend, settings=settings)
-    return measured_pair(tuned, default, random_feeds(tuned.graph, dict(sizes or {}), seed), runs)
+    feeds = random_feeds(tuned.graph, dict(sizes or {}), seed)
+    return measured_pair(tuned, default, feeds, runs_to_span([tuned, default], feeds, runs))
 
 
 def verification_lines(reports) -> list[str]:

@@ -750,7 +750,7 @@ class Conv2dTemplate(Template):
                         items=OC, parallel=par)
         # V: a spare row for the GEMM's edge tile, which reads NR columns of a row of fewer
         work = (Buffer("Xp", (N, C, hp, 1, wq)), Buffer("V", (1, XI * C + 1, S)), Buffer("M", (1, XI * OC, S))) \
-            + ((Buffer("Y", (1, OC, 2 * TH * 2 * max(TW, lanes) if padded else OH * OW)),) if staged else ())
+            + ((Buffer("Y", (1, OC, 2 * TH * 2 * lanes if padded else OH * OW)),) if staged else ())
         steps = (pad, Repeat("n", N, (wino_in, gemm, wino_out)))
         if not w_const:
             steps, work = (wino_w, pack_w) + steps, (u, wp) + work
@@ -1336,8 +1336,9 @@ def _gemm_1x1(mr: int, nr: int, order: str, epi: Epilogue, code: str = "slp", st
     residual input may be the output buffer itself) the last pixel tile moves left to end at
     the plane's end, so planes of at least NR pixels store full tiles only.
 
-    `strided_rows` (winograd's planes, vector-IR tile, no epilogue): the rows of X and out are
-    their arrays' own length S apart, longer than the P pixels computed (`_lower_winograd`)."""
+    `strided_rows` (winograd's planes V and M, which share their row length; vector-IR tile, no
+    epilogue): the rows of X and out are X's row length S apart, longer than the P pixels computed
+    (`_lower_winograd`)."""
     stride = "S" if strided_rows else "P"
     assert not strided_rows or (tile_lanes(code, nr) and not epi.steps), "strided rows: vector IR, no epilogue"
     a_load = lambda r: f"Wp[g, oct, uk, u{r}]"        # noqa: E731

@@ -56,9 +56,9 @@ def wino_input(lanes: int) -> Function:
     B^T d (4 of V's 16 planes: `wino_in_tiles`), runs of `lanes` tiles a call, a row's last run
     moved left to end at the row's end (some tiles computed twice), or, in rows of fewer tiles,
     run on past the row (its loads: Xp has spare rows at the bottom; its stores: over the next row's
-    tiles, which that row's run overwrites, and V's rows have room for the last row's, S >= P + lanes
-    - TW). Every store a full vector: Zen 3's masked stores took 64->64 @14 (TW = 7) 65 us against
-    18 us at 16x16. Thread t of T transforms its share of the image's input planes."""
+    tiles, which that row's run overwrites, and V's rows have room for the last row's: their length
+    is at least P + lanes - TW). Every store a full vector: Zen 3's masked stores took 64->64 @14
+    (TW = 7) 65 us against 18 us at 16x16. Thread t of T transforms its share of the image's input planes."""
     passes = tuple(For("th", "0", "TH", (
         Assign("xo", "((n * C + c) * HP + 2 * th) * WP"), Assign("vo", "c * P + th * TW"),
         For("tw", "0", "TW", (
@@ -86,7 +86,7 @@ def wino_output(epi: Epilogue, lanes: int, padded: bool = False) -> Function:
     pass reads it, else Y is the output (yn = n) and the pass runs in place.
 
     `padded` (maps of fewer than `lanes` tiles a row, whose every run would store masked vectors,
-    slow on Zen 3): Y is the workspace of 2 TH rows of YW >= 2 max(TW, lanes) pixels, every run
+    slow on Zen 3): Y is the workspace of 2 TH rows of YW = 2 `lanes` pixels, every run
     loads `lanes` tiles of M (its rows have room, `conv2d._lower_winograd`) and stores two whole
     rows of 2 `lanes` pixels, and the epilogue pass copies the OH x OW pixels out. Thread t of T
     finishes its share of the image's channels."""

@@ -44,8 +44,9 @@ from numba.core.extending import intrinsic
 
 # in the import line generated sources carry (codegen.source), so that a change of the IR
 # below changes their text, hence their cache key (numba's cache does not track this file)
-VERSION = 6   # v2: the nest form (n_k a tuple of outer loops); v3: its column-major C tile; v4: regroup_channels;
-#             v5: its stride S and masked tail (row_taps came later, new: no cached source called it); v6: plane_taps
+VERSION = 7   # v2: the nest form (n_k a tuple of outer loops); v3: its column-major C tile; v4: regroup_channels;
+#             v5: its stride S and masked tail (row_taps came later, new: no cached source called it); v6: plane_taps;
+#             v7: the column-major tile's plain moves where it lies inside
 
 _F32 = ir.FloatType()
 _I64 = ir.IntType(64)
@@ -800,11 +801,28 @@ def _transpose(builder, rows: list, lanes: int) -> list:
     return rows
 
 
+def _pieces(count: int, lanes: int) -> list:
+    """[(first, width)]: `count` consecutive lanes as whole vectors of power-of-two widths, widest
+    first (6 of 8 lanes: 4 + 2), so that a column of fewer rows than LANES moves without a mask."""
+    pieces, first = [], 0
+    while first < count:
+        width = lanes
+        while width > count - first:
+            width //= 2
+        pieces.append((first, width))
+        first += width
+    return pieces
+
+
 def _column_tile(builder, vty, lanes: int, mr: int, nr: int, c_data, c_off, cs, m_valid, n_valid):
     """The C tile stored column-major (column c's MR elements contiguous, columns `cs` apart, as
     an NCHW output's channel rows take a pixels x channels tile), of which the first `m_valid`
-    rows and `n_valid` columns are written (masked): load() -> accumulators [r][v], store(accs).
-    Per LANES rows x LANES columns, one transpose (`_transpose`) and LANES masked vector moves."""
+    rows and `n_valid` columns are written: load() -> accumulators [r][v], store(accs).
+    Per LANES rows x LANES columns, one transpose (`_transpose`) and LANES vector moves: plain
+    ones of power-of-two widths (`_pieces`) where the whole tile is inside (m_valid >= MR and
+    n_valid >= NR, every tile but a plane's or a channel range's last), masked ones at the edges
+    (on Zen 3 a masked store takes ~10x a plain one: 6x16's 16 of them cost the 1x1 conv over a
+    7x7 plane 12 % of its time)."""
     i32, i1v = ir.IntType(32), ir.VectorType(ir.IntType(1), lanes)
     ptr_ty = vty.as_pointer()
     mload, mstore = _masked_moves(builder, lanes)
@@ -814,6 +832,13 @@ def _column_tile(builder, vty, lanes: int, mr: int, nr: int, c_data, c_off, cs, 
                                        ir.Constant(ir.VectorType(i32, lanes), [0] * lanes))
     groups = -(-mr // lanes)
     zero, none = ir.Constant(vty, [0.0] * lanes), ir.Constant(i1v, [0] * lanes)
+    whole = builder.and_(builder.icmp_signed(">=", m_valid, ir.Constant(_I64, mr)),
+                         builder.icmp_signed(">=", n_valid, ir.Constant(_I64, nr)))
+
+    def element(v, j, gi):
+        """The offset of column v * LANES + j's element gi * LANES."""
+        return builder.add(c_off, builder.add(builder.mul(ir.Constant(_I64, v * lanes + j), cs),
+                                              ir.Constant(_I64, gi * lanes)))
 
     def at(v, j, gi):
         """Column v * LANES + j's vector of rows gi * LANES ..., and its mask."""
@@ -821,30 +846,75 @@ def _column_tile(builder, vty, lanes: int, mr: int, nr: int, c_data, c_off, cs, 
         rows = builder.icmp_signed("<", ir.Constant(ivty, first), rows_left)
         rows = builder.and_(rows, ir.Constant(i1v, [int(x < mr) for x in first]))
         col_ok = builder.icmp_signed("<", ir.Constant(_I64, v * lanes + j), n_valid)
-        offset = builder.add(c_off, builder.add(builder.mul(ir.Constant(_I64, v * lanes + j), cs),
-                                                ir.Constant(_I64, gi * lanes)))
-        return builder.bitcast(builder.gep(c_data, [offset]), ptr_ty), builder.select(col_ok, rows, none)
+        return builder.bitcast(builder.gep(c_data, [element(v, j, gi)]), ptr_ty), builder.select(col_ok, rows, none)
+
+    def piece_ptr(v, j, gi, first, width):
+        ptr = builder.gep(c_data, [builder.add(element(v, j, gi), ir.Constant(_I64, first))])
+        return ptr if width == 1 else builder.bitcast(ptr, ir.VectorType(_F32, width).as_pointer())
+
+    def lanes_of(first, width):
+        return ir.Constant(ir.VectorType(i32, width), list(range(first, first + width)))
 
     align = ir.Constant(i32, 4)
 
     def load():
+        columns = {}
+        with builder.if_else(whole) as (inside, edge):
+            with inside:
+                for v in range(nr // lanes):
+                    for gi in range(groups):
+                        for j in range(lanes):
+                            col = zero
+                            for first, width in _pieces(min(lanes, mr - gi * lanes), lanes):
+                                part = builder.load(piece_ptr(v, j, gi, first, width), align=4)
+                                if width == 1:
+                                    col = builder.insert_element(col, part, ir.Constant(i32, first))
+                                    continue
+                                wide = part if width == lanes else builder.shuffle_vector(
+                                    part, part, ir.Constant(ir.VectorType(i32, lanes),
+                                                            [min(x, width - 1) for x in range(lanes)]))
+                                col = wide if width == lanes else builder.shuffle_vector(
+                                    col, wide, ir.Constant(ir.VectorType(i32, lanes),
+                                                           [lanes + x - first if first <= x < first + width else x
+                                                            for x in range(lanes)]))
+                            columns[v, gi, j] = [col, builder.block]
+            with edge:
+                for v in range(nr // lanes):
+                    for gi in range(groups):
+                        for j in range(lanes):
+                            ptr, mask = at(v, j, gi)
+                            columns[v, gi, j] += [builder.call(mload, [ptr, align, mask, zero]), builder.block]
+        for key, (a, a_block, b, b_block) in columns.items():   # the phis first: LLVM wants them on top
+            columns[key] = builder.phi(vty)
+            columns[key].add_incoming(a, a_block)
+            columns[key].add_incoming(b, b_block)
         accs = [[None] * (nr // lanes) for _ in range(mr)]
         for v in range(nr // lanes):
             for gi in range(groups):
-                cols = []
-                for j in range(lanes):
-                    ptr, mask = at(v, j, gi)
-                    cols.append(builder.call(mload, [ptr, align, mask, zero]))
+                cols = [columns[v, gi, j] for j in range(lanes)]
                 for x, row in enumerate(_transpose(builder, cols, lanes)):
                     if gi * lanes + x < mr:
                         accs[gi * lanes + x][v] = row
         return accs
 
     def store(accs):
+        columns = {}
         for v in range(nr // lanes):
             for gi in range(groups):
                 rows = [accs[gi * lanes + x][v] if gi * lanes + x < mr else zero for x in range(lanes)]
                 for j, col in enumerate(_transpose(builder, rows, lanes)):
+                    columns[v, gi, j] = col
+        with builder.if_else(whole) as (inside, edge):
+            with inside:
+                for (v, gi, j), col in columns.items():
+                    for first, width in _pieces(min(lanes, mr - gi * lanes), lanes):
+                        if width == 1:
+                            part = builder.extract_element(col, ir.Constant(i32, first))
+                        else:
+                            part = col if width == lanes else builder.shuffle_vector(col, col, lanes_of(first, width))
+                        builder.store(part, piece_ptr(v, j, gi, first, width), align=4)
+            with edge:
+                for (v, gi, j), col in columns.items():
                     ptr, mask = at(v, j, gi)
                     builder.call(mstore, [col, ptr, align, mask])
     return load, store

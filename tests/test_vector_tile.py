@@ -165,7 +165,7 @@ def test_nest_form_column_major_tile_writes_its_rows_and_columns_only(backend, m
     nk, a0, c_off, cs = 7, 2, 3, mr + 5
     A = rng.standard_normal(a0 + 3 * mr + 5 + nk).astype(np.float32)
     B = rng.standard_normal(2 * nr * nk).astype(np.float32)
-    for m, n, acc in ((mr, nr, False), (mr - 1, nr - 3, True), (1, 1, True), (0, nr, False)):
+    for m, n, acc in ((mr, nr, False), (mr, nr, True), (mr - 1, nr - 3, True), (1, 1, True), (0, nr, False)):
         C = rng.standard_normal(c_off + nr * cs + 8).astype(np.float32)
         want = C.astype(np.float64)
         for r in range(m):

@@ -852,8 +852,34 @@ def _column_tile(builder, vty, lanes: int, mr: int, nr: int, c_data, c_off, cs, 
         ptr = builder.gep(c_data, [builder.add(element(v, j, gi), ir.Constant(_I64, first))])
         return ptr if width == 1 else builder.bitcast(ptr, ir.VectorType(_F32, width).as_pointer())
 
-    def lanes_of(first, width):
-        return ir.Constant(ir.VectorType(i32, width), list(range(first, first + width)))
+    def lane_list(lanes_):
+        return ir.Constant(ir.VectorType(i32, len(lanes_)), list(lanes_))
+
+    def gather(v, j, gi):
+        """Column v * LANES + j's rows gi * LANES ... (all inside) as one vector, plain loads."""
+        col = zero
+        for first, width in _pieces(min(lanes, mr - gi * lanes), lanes):
+            part = builder.load(piece_ptr(v, j, gi, first, width), align=4)
+            if width == 1:
+                col = builder.insert_element(col, part, ir.Constant(i32, first))
+            elif width == lanes:
+                col = part
+            else:   # the piece widened to LANES, then blended into its lanes
+                wide = builder.shuffle_vector(part, part, lane_list([min(x, width - 1) for x in range(lanes)]))
+                col = builder.shuffle_vector(col, wide, lane_list([lanes + x - first if first <= x < first + width
+                                                                   else x for x in range(lanes)]))
+        return col
+
+    def scatter(col, v, j, gi):
+        """`col` into column v * LANES + j's rows gi * LANES ... (all inside), plain stores."""
+        for first, width in _pieces(min(lanes, mr - gi * lanes), lanes):
+            if width == 1:
+                part = builder.extract_element(col, ir.Constant(i32, first))
+            elif width == lanes:
+                part = col
+            else:
+                part = builder.shuffle_vector(col, col, lane_list(range(first, first + width)))
+            builder.store(part, piece_ptr(v, j, gi, first, width), align=4)
 
     align = ir.Constant(i32, 4)
 
@@ -864,20 +890,7 @@ def _column_tile(builder, vty, lanes: int, mr: int, nr: int, c_data, c_off, cs, 
                 for v in range(nr // lanes):
                     for gi in range(groups):
                         for j in range(lanes):
-                            col = zero
-                            for first, width in _pieces(min(lanes, mr - gi * lanes), lanes):
-                                part = builder.load(piece_ptr(v, j, gi, first, width), align=4)
-                                if width == 1:
-                                    col = builder.insert_element(col, part, ir.Constant(i32, first))
-                                    continue
-                                wide = part if width == lanes else builder.shuffle_vector(
-                                    part, part, ir.Constant(ir.VectorType(i32, lanes),
-                                                            [min(x, width - 1) for x in range(lanes)]))
-                                col = wide if width == lanes else builder.shuffle_vector(
-                                    col, wide, ir.Constant(ir.VectorType(i32, lanes),
-                                                           [lanes + x - first if first <= x < first + width else x
-                                                            for x in range(lanes)]))
-                            columns[v, gi, j] = [col, builder.block]
+                            columns[v, gi, j] = [gather(v, j, gi), builder.block]
             with edge:
                 for v in range(nr // lanes):
                     for gi in range(groups):
@@ -907,12 +920,7 @@ def _column_tile(builder, vty, lanes: int, mr: int, nr: int, c_data, c_off, cs, 
         with builder.if_else(whole) as (inside, edge):
             with inside:
                 for (v, gi, j), col in columns.items():
-                    for first, width in _pieces(min(lanes, mr - gi * lanes), lanes):
-                        if width == 1:
-                            part = builder.extract_element(col, ir.Constant(i32, first))
-                        else:
-                            part = col if width == lanes else builder.shuffle_vector(col, col, lanes_of(first, width))
-                        builder.store(part, piece_ptr(v, j, gi, first, width), align=4)
+                    scatter(col, v, j, gi)
             with edge:
                 for (v, gi, j), col in columns.items():
                     ptr, mask = at(v, j, gi)

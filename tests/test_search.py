@@ -116,6 +116,24 @@ def test_xgb_eps_greedy_share_is_random():
     assert len(out) == 16 and not s.plan
 
 
+def test_random_neighbour_draws_every_allowed_neighbour_alike_and_none_where_none_is():
+    """Annealing's step: one neighbour (one knob one option away), uniform over the allowed ones,
+    validating only what it draws; a constraint's pruned neighbours never come out."""
+    import random
+    space = ConfigSpace([Knob("a", (1, 2, 4, 8)), Knob("b", ("x", "y", "z")), Knob("c", (8, 16))],
+                        constraint=lambda v: "pruned" if (v["a"], v["b"]) == (8, "y") else None)
+    cfg = space.validate({"a": 4, "b": "y", "c": 8})
+    allowed = set(space.neighbours(cfg))
+    assert allowed == {space.validate(v) for v in ({"a": 2, "b": "y", "c": 8}, {"a": 4, "b": "x", "c": 8},
+                                                   {"a": 4, "b": "z", "c": 8}, {"a": 4, "b": "y", "c": 16})}
+    rng = random.Random(0)
+    draws = [space.random_neighbour(cfg, rng) for _ in range(4000)]
+    counts = {c: draws.count(c) for c in allowed}
+    assert set(draws) == allowed and min(counts.values()) > 850, counts   # 1000 each expected
+    lone = ConfigSpace([Knob("a", (1, 2))], constraint=lambda v: "pruned" if v["a"] == 2 else None)
+    assert lone.random_neighbour(lone.validate({"a": 1}), rng) is None
+
+
 def test_simulated_annealing_finds_good_configs_of_a_large_space():
     """A space above the exhaustive limit is searched by annealing on the model."""
     space = table(SHAPE).space

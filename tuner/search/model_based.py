@@ -233,12 +233,12 @@ class ModelGuidedSearch(SearchStrategy):
             temp = t0 * (1 - (step + 1) / self.sa_steps)
             new = []
             for c in points:
-                nb = self.space.neighbours(c)
-                if self.rng.random() < 0.2 or not nb:   # an occasional long jump: one knob anywhere
+                nb = self.space.random_neighbour(c, self.rng) if self.rng.random() >= 0.2 else None
+                if nb is None:   # an occasional long jump (or no neighbour): one knob anywhere
                     knob = self.rng.choice(self.space.knobs)
                     new.append(Config({**c.to_json(), knob.name: self.rng.choice(knob.options)}))
                 else:
-                    new.append(self.rng.choice(nb))
+                    new.append(nb)
             ns = self._scores(new)
             keep(new, ns)
             for i in range(len(points)):

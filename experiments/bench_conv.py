@@ -127,18 +127,29 @@ def clock_for(threads: int):
     return time.thread_time if threads == 1 else time.perf_counter
 
 
-def ort_session(c, h, oc, k, s, p, g, w, b, threads):
-    import onnxruntime as ort
+def layer_label(c, h, oc, k, s, g) -> str:
+    """A layer's name in the tables and in --only: "64->128 3x3/2 @56", "dw 96->96 3x3/2 @112"."""
+    return f"{'dw ' if g > 1 else ''}{c}->{oc} {k}x{k}/{s} @{h}"
+
+
+def layer_proto(c, h, oc, k, s, p, g, w, b):
+    """The layer as an ONNX model: Conv (weights `w`, bias `b`) + Relu on a 1 x c x h x h input."""
     from onnx import TensorProto, helper, numpy_helper
+    o = (h + 2 * p - k) // s + 1
     gr = helper.make_graph([helper.make_node("Conv", ["x", "w", "b"], ["y0"], strides=[s, s], pads=[p] * 4, group=g),
                             helper.make_node("Relu", ["y0"], ["y"])], "conv",
                            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
-                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, oc, o, o])],
                            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    return helper.make_model(gr, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def ort_session(c, h, oc, k, s, p, g, w, b, threads):
+    import onnxruntime as ort
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-    model = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 17)])
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(layer_proto(c, h, oc, k, s, p, g, w, b).SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
 
 
 def machine() -> str:
@@ -213,7 +224,7 @@ def main():
     threads_list = [int(t) for t in args.threads.split(",")]
     layers = []
     for net, c, h, oc, k, s, p, g in LAYERS:
-        label = f"{'dw ' if g > 1 else ''}{c}->{oc} {k}x{k}/{s} @{h}"
+        label = layer_label(c, h, oc, k, s, g)
         if not args.only or any(o in label or o == net for o in args.only.split(",")):
             layers.append((net, label, (c, h, oc, k, s, p, g),
                            conv_wl(1, c, h, h, oc, k=k, s=s, p=p, g=g, epi=("relu",))))
@@ -308,7 +319,7 @@ def depthwise_before_after(out: Path, rounds: int):
         times = before_after_times(conv, wl, old, new, backend, (c, h, oc, k, s, p, g), 1, rounds, time.thread_time)
         med = {name: statistics.median(v) for name, v in times.items()}
         low = {name: min(v) for name, v in times.items()}
-        label = f"dw {c}->{oc} {k}x{k}/{s} @{h}"
+        label = layer_label(c, h, oc, k, s, g)
         lines.append(f"| {label} | {net} | {med['before'] * 1e3:.3f} | {med['after'] * 1e3:.3f} | {med['ort'] * 1e3:.3f} "
                      f"| {med['ort'] / med['before']:.2f}x | {med['ort'] / med['after']:.2f}x "
                      f"| {med['before'] / med['after']:.2f}x | {low['ort'] / low['before']:.2f}x, {low['ort'] / low['after']:.2f}x "
@@ -387,7 +398,7 @@ def _rows_from_logs(paths) -> list:
             if line.startswith("{'net'"):
                 r = ast.literal_eval(line)
                 rows[(r["layer"], r["threads"])] = r
-    order = {f"{'dw ' if g > 1 else ''}{c}->{oc} {k}x{k}/{s} @{h}": i for i, (_, c, h, oc, k, s, p, g) in enumerate(LAYERS)}
+    order = {layer_label(c, h, oc, k, s, g): i for i, (_, c, h, oc, k, s, p, g) in enumerate(LAYERS)}
     return sorted(rows.values(), key=lambda r: (order[r["layer"]], r["threads"]))
 
 

@@ -28,33 +28,20 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 import numpy as np  # noqa: E402
 
-from bench_conv import LAYERS  # noqa: E402
+from bench_conv import LAYERS, layer_label, layer_proto  # noqa: E402
 from bench_tuned import bench, machine  # noqa: E402
 
 WEAKEST = ("64->128 3x3/2 @56,128->256 3x3/2 @28,256->512 3x3/2 @14,160->960 1x1/1 @7,960->320 1x1/1 @7,"
            "320->1280 1x1/1 @7")
 
 
-def label(c, h, oc, k, s, g) -> str:
-    return f"{'dw ' if g > 1 else ''}{c}->{oc} {k}x{k}/{s} @{h}"
-
-
 def layer_model(c, h, oc, k, s, p, g):
     """A builder of the layer as an ONNX model (weights seeded by the geometry)."""
-    from onnx import TensorProto, helper, numpy_helper
-
     def build():
         rng = np.random.default_rng(c * 7919 + oc * 31 + h)
         w = (rng.standard_normal((oc, c // g, k, k)) / np.sqrt(c // g * k * k)).astype(np.float32)
         b = rng.standard_normal(oc).astype(np.float32) * 0.1
-        graph = helper.make_graph(
-            [helper.make_node("Conv", ["x", "w", "b"], ["y0"], strides=[s, s], pads=[p] * 4, group=g),
-             helper.make_node("Relu", ["y0"], ["y"])], "conv",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, oc, (h + 2 * p - k) // s + 1,
-                                                                     (h + 2 * p - k) // s + 1])],
-            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        return layer_proto(c, h, oc, k, s, p, g, w, b)
     return build
 
 
@@ -79,7 +66,7 @@ def main(argv=None) -> int:
     from ir.settings import Settings, use
     use(Settings.from_env())
     wanted = [o for o in args.only.split(",") if o]
-    layers = [(net, label(c, h, oc, k, s, g), (c, h, oc, k, s, p, g)) for net, c, h, oc, k, s, p, g in LAYERS]
+    layers = [(net, layer_label(c, h, oc, k, s, g), (c, h, oc, k, s, p, g)) for net, c, h, oc, k, s, p, g in LAYERS]
     layers = [x for x in dict((x[1], x) for x in layers).values() if any(o in x[1] for o in wanted)]
     if not layers:
         print(f"no layer matches --only {args.only!r}", file=sys.stderr)

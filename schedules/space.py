@@ -148,14 +148,14 @@ class ConfigSpace:
                 return cfg
         return cfg
 
+    def _steps(self, cfg: Config) -> list:
+        """(knob, option index) of every one-option step away from `cfg`, knob by knob."""
+        return [(k, j) for k in self.knobs for i in (k.options.index(cfg[k.name]),) for j in (i - 1, i + 1)
+                if 0 <= j < len(k.options)]
+
     def neighbours(self, cfg: Config) -> list[Config]:
         """Configs that differ from `cfg` in one knob by one option step."""
-        out = []
-        for k in self.knobs:
-            i = k.options.index(cfg[k.name])
-            for j in (i - 1, i + 1):
-                if 0 <= j < len(k.options):
-                    out.append(Config({**cfg.to_json(), k.name: k.options[j]}))
+        out = [Config({**cfg.to_json(), k.name: k.options[j]}) for k, j in self._steps(cfg)]
         return [c for c in out if self.allowed(c)]
 
     def random_neighbour(self, cfg: Config, rng: random.Random) -> Config | None:
@@ -163,8 +163,7 @@ class ConfigSpace:
         only the steps it draws: annealing takes one neighbour a point and step, and building and
         validating all of them was most of a conv task's search time (a 64-trial `tune` of ResNet-18's
         128->256 3x3/2 conv: search/model 5.7-7.6 -> 3.6-4.2 s of 24-37 s, AMD EPYC Zen 3, 2026-12-07)."""
-        steps = [(k, j) for k in self.knobs for i in (k.options.index(cfg[k.name]),) for j in (i - 1, i + 1)
-                 if 0 <= j < len(k.options)]
+        steps = self._steps(cfg)
         while steps:
             k, j = steps.pop(rng.randrange(len(steps)))
             nb = Config({**cfg.to_json(), k.name: k.options[j]})

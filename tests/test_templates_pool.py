@@ -32,24 +32,26 @@ def test_windows_match_numpy(op, algo, attrs, owtile, unroll):
         check(POOL, wl, cfg)
 
 
-def test_default_is_separable_for_windows_of_9_or_more_at_stride_1_or_on_wide_rows():
-    """The default follows the measurements: overlapping stride-1 windows (YOLO's SPPF 5x5/1,
-    3x3/1) reduce rows first, and so does ResNet's 3x3/2 on rows of 48 pixels or more (at 224);
-    on narrower rows it keeps the window loops, and 2x2 windows keep them everywhere. The
-    separable default of ResNet-18-at-224's MaxPool computes what NumPy does."""
+def test_default_is_separable_for_windows_of_9_or_more_pixels():
+    """The default follows the measurements: windows of 9+ pixels (YOLO's SPPF 5x5/1, 3x3/1,
+    ResNet's 3x3/2 at any row width) reduce rows first, read in place; 2x2 windows keep the
+    window loops. The separable default of ResNet-18-at-224's MaxPool computes what NumPy does,
+    and so does a pool whose every window row but the middle one lies in the pads."""
     def algo(attrs, op="MaxPool", size=12):
         wl = make_wl([(op, ["i0"], attrs)], [((1, 4, size, size), "float32", False)])
         return POOL.default_config(wl)["algo"]
     assert algo({"kernel_shape": [5, 5], "strides": [1, 1], "pads": [2] * 4}) == "separable"
     assert algo({"kernel_shape": [3, 3], "pads": [1] * 4}, "AveragePool") == "separable"
-    assert algo({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}) == "window"
-    assert algo({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}, size=47) == "window"
-    assert algo({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}, size=48) == "separable"
+    assert algo({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}, size=8) == "separable"
+    assert algo({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}, size=112) == "separable"
     assert algo({"kernel_shape": [2, 2], "strides": [1, 1]}) == "window"
     assert algo({"kernel_shape": [2, 2], "strides": [2, 2]}, size=224) == "window"
     wl = make_wl([("MaxPool", ["i0"], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4})],
                  [((1, 3, 112, 112), "float32", False)])
     check(POOL, wl, POOL.default_config(wl))
+    for op in ("MaxPool", "AveragePool"):   # 1-row planes: only the middle row of each window is inside
+        wl = make_wl([(op, ["i0"], {"kernel_shape": [3, 3], "pads": [1] * 4})], [((2, 3, 1, 5), "float32", False)])
+        check(POOL, wl, POOL.default_config(wl))
 
 
 def test_sppf_block_through_runtime_matches_onnxruntime():

@@ -1,10 +1,12 @@
 """MaxPool / AveragePool, NCHW 2-D (kernel, strides, pads, dilations, ceil_mode,
 count_include_pad). GlobalAverage/MaxPool are reductions: see `reduce.py`.
 
-Each plane is first written padded into a workspace (-inf for max, 0 for
-average; ceil_mode's extra tail included) by the thread that pools it, so the
-window loops carry no bounds checks (unpadded windows read the input itself);
-an average divides by a per-output-pixel count, a table built while lowering.
+For the window loops each plane is first written padded into a workspace (-inf
+for max, 0 for average; ceil_mode's extra tail included) by the thread that
+pools it, so they carry no bounds checks (unpadded windows read the input
+itself); the separable code reads the input in place and pads only its row
+buffer. An average divides by a per-output-pixel count, a table built while
+lowering.
 Knobs: `algo` (code) — "window": each output pixel reduces its KH x KW window;
 "separable": per output row, the KH input rows reduced into a row buffer first
 (contiguous, vectorized along the row), then KW strided reads of that row per
@@ -33,13 +35,11 @@ def _geo(wl: Workload):
     return node, strides, dil, pads, outs, extra
 
 
-SEPARABLE_MIN_WIDTH = 48   # input rows from which strided windows reduce rows first (`default_config`)
-
-
 class PoolTemplate(Template):
     name = "pool"
-    version = 2   # v2: the default's window loops are loops (unroll=False); the `algo` knob came later
-                  # with `before="window"`: a config recorded without it builds the code it built then
+    version = 3   # v2: the default's window loops are loops (unroll=False); the `algo` knob came later
+                  # with `before="window"`: a config recorded without it builds the code it built then;
+                  # v3: `separable` reads the input in place (no padded plane): its records' times changed
 
     def matches(self, wl: Workload) -> bool:
         if len(wl.ops) != 1 or wl.ops[0]["op"] not in ("MaxPool", "AveragePool") or len(wl.ops[0]["in"]) != 1:
@@ -61,19 +61,15 @@ class PoolTemplate(Template):
         ])
 
     def default_config(self, wl: Workload) -> Config:
-        """Separable for windows of 9 or more pixels at stride 1, where a row's windows share most of
-        their columns: MaxPool 5x5/1 (YOLO's SPPF) 1.4-1.7x faster than the window loops,
-        AveragePool 3x3/1 1.8x, MaxPool 3x3/1 even; and strided on rows of `SEPARABLE_MIN_WIDTH`
-        pixels or more: ResNet-18's MaxPool 3x3/2 ran 0.71x as fast separable on 64 ch @ 32, even
-        @ 112 (1 thread, Emerald Rapids, 2026-12-06, experiments/bench_pool.md), and on Zen 3 (AVX2,
-        2026-12-07) 1.09x as long @ 32, 0.86x @ 48, 0.64-0.74x @ 56-112. Otherwise 8 pixels of a row
-        at once, the window loops kept: ResNet-18's MaxPool 3x3/2 ran as fast as unrolled (min
-        0.37-0.40 vs 0.41 ms, 1 thread) and compiled in 0.55 CPU s, not 1.0
-        (experiments/bench_compile.md, 2026-12-02). 2x2/2 windows share no column: window loops."""
-        node, strides, _, _, _, _ = _geo(wl)
+        """Separable for windows of 9 or more pixels, at any stride and width: reading the input
+        rows in place (no padded plane), it ran ResNet's MaxPool 3x3/2 0.50-0.81x as long as the
+        window loops from 8- to 112-pixel rows, AveragePool 3x3/2 @56 0.54x, YOLO's SPPF MaxPool
+        5x5/1 0.73-0.75x (1 thread, Zen 3, 2026-12-08, experiments/bench_pool.md; before, with
+        the padded plane, it lost on rows under 48 pixels). Otherwise 8 pixels of a row at once
+        in the window loops: 2x2/2 windows share no column (separable 1.6x as long)."""
+        node, _, _, _, _, _ = _geo(wl)
         kh, kw = node.attrs["kernel_shape"]
-        wide = int(wl.inputs[0]["shape"][3]) >= SEPARABLE_MIN_WIDTH
-        algo = "separable" if kh * kw >= 9 and (tuple(strides) == (1, 1) or wide) else "window"
+        algo = "separable" if kh * kw >= 9 else "window"
         return self.space(wl).validate({"algo": algo, "owtile": 8, "unroll": False, "parallel": True, "PB": 4})
 
     def lower(self, wl: Workload, cfg: Config) -> Lowered:
@@ -93,17 +89,18 @@ class PoolTemplate(Template):
             ), kind),)
             return init + loops + _store(is_max, n, ow0)
 
-        if cfg["algo"] == "separable":
-            row = _separable_row(is_max, (KH, KW), (SH, SW), (DH, DW), tile, kind)
-        else:
-            row = _row_tiles(block, tile)
         N, C, H, W = wl.inputs[0]["shape"]
         (OH, OW), P = outs, N * C
         hp = max(H + pads[0] + pads[2] + extra[0], (OH - 1) * SH + (KH - 1) * DH + 1)
         wp = max(W + pads[1] + pads[3] + extra[1], (OW - 1) * SW + (KW - 1) * DW + 1)
-        padded = (hp, wp) != (H, W)   # else the windows stay inside the input: read it as it is
+        separable = cfg["algo"] == "separable"
+        if separable:   # reads the input rows in place: no padded plane
+            row = _separable_row(is_max, (KH, KW), (SH, SW), (DH, DW), (pads[0], pads[1]), tile, kind)
+        else:
+            row = _row_tiles(block, tile)
+        padded = not separable and (hp, wp) != (H, W)   # else the windows stay inside the input: read it as it is
         pad = _pad_plane(pads[0], pads[1], is_max) if padded else ()
-        body = ((Alloc("vr", ("xp.shape[2]",)),) if cfg["algo"] == "separable" else ()) + (
+        body = (_row_buffer(is_max, pads[1]) if separable else ()) + (
             thread_share("blk", "(P + PB - 1) // PB", body=(
                 For("pl", "blk * PB", "min(P, blk * PB + PB)", pad + (For("oh", "0", "OH", row),)),
             )),
@@ -111,6 +108,7 @@ class PoolTemplate(Template):
         params = ((Param("x", "float32[:, :, ::1]"),) if padded else ()) + (
             Param("xp", "float32[:, :, ::1]"), Param("inv", "float32[:, ::1]"), Param("out", "float32[:, :, ::1]"),
             Param("P", "int64"), Param("H", "int64"), Param("W", "int64"), Param("OH", "int64"), Param("OW", "int64"),
+            *((Param("WP", "int64"),) if separable else ()),
             Param("PB", "int64"), Param("t", "int64"), Param("T", "int64"))
         module = LoopModule((Function("pool", params, body),),
                             doc=f"pool kernel: {node.op} {KH}x{KW} stride {SH}x{SW} algo={cfg['algo']} owtile={tile} "
@@ -119,7 +117,7 @@ class PoolTemplate(Template):
         x = In(0, (P, H, W), "float32")
         tables = {"inv": np.ones((1, 1), np.float32) if is_max else _inverse_counts(node, (H, W), (KH, KW))}
         step = Call("pool", ((x, Work("xp")) if padded else (x,)) + (
-            Table("inv"), Out((P, OH, OW)), *map(Scalar, (P, H, W, OH, OW, cfg["PB"]))),
+            Table("inv"), Out((P, OH, OW)), *map(Scalar, (P, H, W, OH, OW) + ((wp,) if separable else ()) + (cfg["PB"],))),
             items=-(-P // cfg["PB"]), parallel=cfg["parallel"])
         work = (Buffer("xp", (P, hp, wp)),) if padded else ()
         return Lowered(module, Launch((step,), workspaces=work, tables=tables))
@@ -142,18 +140,32 @@ def _row_tiles(block, tile: int) -> tuple:
         (For("ow", f"(OW // {tile}) * {tile}", "OW", block(1, "ow")),) if tile > 1 else ())
 
 
-def _separable_row(is_max: bool, kernel: tuple, strides: tuple, dil: tuple, tile: int, kind: str) -> tuple:
+def _separable_row(is_max: bool, kernel: tuple, strides: tuple, dil: tuple, pads: tuple, tile: int, kind: str) -> tuple:
     """Output row `oh` of plane `pl` in two passes: the KH input rows of its windows reduced
     element by element into the thread's row buffer `vr` (contiguous: vectorized along the
     row, KH - 1 ops a column where the windows of a row share their columns), then per output
     pixel KW reads of `vr`, `tile` pixels at a time. Per output pixel of a 3x3/2 window:
-    (KH - 1) x SW + KW - 1 = 6 ops, half of them in vectors, against KH x KW - 1 = 8 scalar."""
-    (KH, KW), (SH, SW), (DH, DW) = kernel, strides, dil
-    rows = (For("iw", "0", "xp.shape[2]", (
-        Assign("v", f"xp[pl, oh * {SH}, iw]"),
-        *(Assign("v", _reduce(is_max, "v", f"xp[pl, oh * {SH} + {kh * DH}, iw]")) for kh in range(1, KH)),
-        Assign("vr[iw]", "v"),
+    (KH - 1) x SW + KW - 1 = 6 ops, half of them in vectors, against KH x KW - 1 = 8 scalar.
+
+    The rows are read from the input in place: `vr` holds a padded row (its pad columns filled
+    once, `_row_buffer`), and a window's rows in the pad are left out (they add the fill: -inf
+    to a max, 0 to a sum). Copying each plane padded first took as long as the two passes:
+    ResNet-18's MaxPool 3x3/2 @112 348 -> 192 us alone, 1 thread (Zen 3, 2026-12-08)."""
+    (KH, KW), (SH, SW), (DH, DW), (top, left) = kernel, strides, dil, pads
+    fill = "np.float32(-np.inf)" if is_max else "np.float32(0.0)"
+    col = f"vr[iw + {left}]"
+    inside = (For("iw", "0", "W", (
+        Assign("v", "xp[pl, ih0, iw]"),
+        *(Assign("v", _reduce(is_max, "v", f"xp[pl, ih0 + {kh * DH}, iw]")) for kh in range(1, KH)),
+        Assign(col, "v"),
     )),)
+    edge = (For("iw", "0", "W", (Assign(col, fill),)),
+            For("kh", "0", str(KH), (
+                Assign("ih", f"ih0 + kh * {DH}"),
+                If("ih >= 0 and ih < H", (For("iw", "0", "W", (Assign(col, _reduce(is_max, col, "xp[pl, ih, iw]")),)),)),
+            )))
+    rows = (Assign("ih0", f"oh * {SH} - {top}"),
+            If(f"ih0 >= 0 and ih0 + {(KH - 1) * DH} < H", inside, edge))
 
     def block(n: int, ow0: str) -> tuple:
         init = tuple(Assign(f"a{r}", f"vr[({ow0} + {r}) * {SW}]") for r in range(n))
@@ -163,6 +175,15 @@ def _separable_row(is_max: bool, kernel: tuple, strides: tuple, dil: tuple, tile
         return init + loop + _store(is_max, n, ow0)
 
     return rows + _row_tiles(block, tile)
+
+
+def _row_buffer(is_max: bool, left: int) -> tuple:
+    """The thread's padded row `vr` (WP columns, the input row at `left`): its pad columns
+    filled once, since the rows written into it never reach them."""
+    fill = "np.float32(-np.inf)" if is_max else "np.float32(0.0)"
+    return (Alloc("vr", ("WP",)),
+            For("iw", "0", str(left), (Assign("vr[iw]", fill),)),
+            For("iw", f"W + {left}", "WP", (Assign("vr[iw]", fill),)))
 
 
 def _inverse_counts(node, hw, kernel) -> np.ndarray:

@@ -64,7 +64,7 @@ class PoolTemplate(Template):
         """Separable for windows of 9 or more pixels, at any stride and width: reading the input
         rows in place (no padded plane), it ran ResNet's MaxPool 3x3/2 0.50-0.81x as long as the
         window loops from 8- to 112-pixel rows, AveragePool 3x3/2 @56 0.54x, YOLO's SPPF MaxPool
-        5x5/1 0.73-0.75x (1 thread, Zen 3, 2026-12-08, experiments/bench_pool.md; before, with
+        5x5/1 0.73-0.75x (1 thread, Zen 3, 2026-12-07, experiments/bench_pool.md; before, with
         the padded plane, it lost on rows under 48 pixels). Otherwise 8 pixels of a row at once
         in the window loops: 2x2/2 windows share no column (separable 1.6x as long)."""
         node, _, _, _, _, _ = _geo(wl)
@@ -150,7 +150,7 @@ def _separable_row(is_max: bool, kernel: tuple, strides: tuple, dil: tuple, pads
     The rows are read from the input in place: `vr` holds a padded row (its pad columns filled
     once, `_row_buffer`), and a window's rows in the pad are left out (they add the fill: -inf
     to a max, 0 to a sum). Copying each plane padded first took as long as the two passes:
-    ResNet-18's MaxPool 3x3/2 @112 348 -> 192 us alone, 1 thread (Zen 3, 2026-12-08)."""
+    ResNet-18's MaxPool 3x3/2 @112 348 -> 192 us alone, 1 thread (Zen 3, 2026-12-07)."""
     (KH, KW), (SH, SW), (DH, DW), (top, left) = kernel, strides, dil, pads
     fill = "np.float32(-np.inf)" if is_max else "np.float32(0.0)"
     col = f"vr[iw + {left}]"

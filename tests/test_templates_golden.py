@@ -44,6 +44,8 @@ def _cases():
                                                                                "pads": [1] * 4})],
                                                      [((1, 2, 8, 8), "float32", False)]),
                                      {"algo": "separable", "owtile": 4, "unroll": True}),
+        "pool_max_5x5s1_separable": ("pool", make_wl([("MaxPool", ["i0"], {"kernel_shape": [5, 5], "pads": [2] * 4})],
+                                                     [((1, 2, 8, 8), "float32", False)]), {"algo": "separable"}),
         "batch_matmul_2x16": ("batch_matmul", make_wl([("MatMul", ["i0", "i1"], {})],
                                                       [((2, 5, 3), "float32", False), ((2, 3, 7), "float32", False)]),
                               {"regtile": "2x16"}),

@@ -54,6 +54,18 @@ def test_default_is_separable_for_windows_of_9_or_more_pixels():
         check(POOL, wl, POOL.default_config(wl))
 
 
+def test_max_windows_in_the_pads_read_a_row_inside_or_give_the_fill():
+    """The separable max reads a window's rows that lie in the pad as its first row inside: with
+    dilated rows that is a row of the window, not the first row of the plane, and a window wholly
+    in the pad (pads as wide as the kernel) is -inf, as NumPy's."""
+    for attrs in ({"kernel_shape": [2, 2], "pads": [2, 2, 2, 2]},
+                  {"kernel_shape": [3, 3], "dilations": [2, 2], "pads": [2, 1, 2, 1], "strides": [2, 1]},
+                  {"kernel_shape": [3, 2], "dilations": [3, 1], "pads": [2, 0, 2, 0], "ceil_mode": 1, "strides": [2, 2]}):
+        wl = make_wl([("MaxPool", ["i0"], attrs)], [((1, 2, 5, 6), "float32", False)])
+        for algo in ("window", "separable"):
+            check(POOL, wl, POOL.space(wl).validate({**POOL.default_config(wl).to_json(), "algo": algo}))
+
+
 def test_sppf_block_through_runtime_matches_onnxruntime():
     """A YOLO SPPF block (three chained MaxPool 5x5/1 pad 2 and a Concat), loaded by the
     runtime with default configs (separable pools), against onnxruntime."""

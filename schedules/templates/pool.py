@@ -148,22 +148,13 @@ def _separable_row(is_max: bool, kernel: tuple, strides: tuple, dil: tuple, pads
     (KH - 1) x SW + KW - 1 = 6 ops, half of them in vectors, against KH x KW - 1 = 8 scalar.
 
     The rows are read from the input in place: `vr` holds a padded row (its pad columns filled
-    once, `_row_buffer`), and a window's rows in the pad are left out (they add the fill: -inf
-    to a max, 0 to a sum). Copying each plane padded first took as long as the two passes:
-    ResNet-18's MaxPool 3x3/2 @112 348 -> 192 us alone, 1 thread (Zen 3, 2026-12-07)."""
+    once, `_row_buffer`), and a window's rows in the pad, which would add the fill, are left out
+    of a sum and read as a row inside by a max. Copying each plane padded first took as long as
+    the two passes: ResNet-18's MaxPool 3x3/2 @112 348 -> 192 us alone, 1 thread (Zen 3,
+    2026-12-07)."""
     (KH, KW), (SH, SW), (DH, DW), (top, left) = kernel, strides, dil, pads
     fill = "np.float32(-np.inf)" if is_max else "np.float32(0.0)"
     col = f"vr[iw + {left}]"
-    inside = (For("iw", "0", "W", (
-        Assign("v", "xp[pl, ih0, iw]"),
-        *(Assign("v", _reduce(is_max, "v", f"xp[pl, ih0 + {kh * DH}, iw]")) for kh in range(1, KH)),
-        Assign(col, "v"),
-    )),)
-    edge = (For("iw", "0", "W", (Assign(col, fill),)),
-            For("kh", "0", str(KH), (
-                Assign("ih", f"ih0 + kh * {DH}"),
-                If("ih >= 0 and ih < H", (For("iw", "0", "W", (Assign(col, _reduce(is_max, col, "xp[pl, ih, iw]")),)),)),
-            )))
     if is_max:
         # a max takes a row twice as it takes it once: a window's rows in the pad read its first row
         # inside (`rv`) instead, so every output row runs the one loop (on 20-row planes of a 5x5/1
@@ -171,13 +162,24 @@ def _separable_row(is_max: bool, kernel: tuple, strides: tuple, dil: tuple, pads
         # wholly in the pad (pads as wide as the kernel) is the fill
         rows = (Assign("ih0", f"oh * {SH} - {top}"),
                 Assign("rv", f"ih0 if ih0 >= 0 else ih0 + ((-ih0 + {DH - 1}) // {DH}) * {DH}"),
-                If(f"rv < H and rv <= ih0 + {(KH - 1) * DH}", tuple(Assign(f"r{kh}", f"ih0 + {kh * DH} if ih0 + {kh * DH} >= 0 and ih0 + {kh * DH} < H else rv")
-                                   for kh in range(KH)) + (For("iw", "0", "W", (
-                    Assign("v", "xp[pl, r0, iw]"),
-                    *(Assign("v", _reduce(is_max, "v", f"xp[pl, r{kh}, iw]")) for kh in range(1, KH)),
-                    Assign(col, "v"),
-                )),), (For("iw", "0", "W", (Assign(col, fill),)),)))
+                If(f"rv < H and rv <= ih0 + {(KH - 1) * DH}", tuple(
+                    Assign(f"r{kh}", f"ih0 + {kh * DH} if ih0 + {kh * DH} >= 0 and ih0 + {kh * DH} < H else rv")
+                    for kh in range(KH)) + (For("iw", "0", "W", (
+                        Assign("v", "xp[pl, r0, iw]"),
+                        *(Assign("v", _reduce(is_max, "v", f"xp[pl, r{kh}, iw]")) for kh in range(1, KH)),
+                        Assign(col, "v"),
+                    )),), (For("iw", "0", "W", (Assign(col, fill),)),)))
     else:   # a sum must not take a row twice: the edge rows add the rows inside one by one
+        inside = (For("iw", "0", "W", (
+            Assign("v", "xp[pl, ih0, iw]"),
+            *(Assign("v", _reduce(is_max, "v", f"xp[pl, ih0 + {kh * DH}, iw]")) for kh in range(1, KH)),
+            Assign(col, "v"),
+        )),)
+        edge = (For("iw", "0", "W", (Assign(col, fill),)),
+                For("kh", "0", str(KH), (
+                    Assign("ih", f"ih0 + kh * {DH}"),
+                    If("ih >= 0 and ih < H", (For("iw", "0", "W", (Assign(col, _reduce(is_max, col, "xp[pl, ih, iw]")),)),)),
+                )))
         rows = (Assign("ih0", f"oh * {SH} - {top}"),
                 If(f"ih0 >= 0 and ih0 + {(KH - 1) * DH} < H", inside, edge))
 

@@ -105,8 +105,11 @@ class PoolTemplate(Template):
                 For("pl", "blk * PB", "min(P, blk * PB + PB)", pad + (For("oh", "0", "OH", row),)),
             )),
         )
-        params = ((Param("x", "float32[:, :, ::1]"),) if padded else ()) + (
-            Param("xp", "float32[:, :, ::1]"), Param("inv", "float32[:, ::1]"), Param("out", "float32[:, :, ::1]"),
+        # the input is `x`; the windows read `xp`: the padded workspace, or the input itself (the separable
+        # code reads `x`)
+        inputs = ("x", "xp") if padded else ("x",) if separable else ("xp",)
+        params = tuple(Param(name, "float32[:, :, ::1]") for name in inputs) + (
+            Param("inv", "float32[:, ::1]"), Param("out", "float32[:, :, ::1]"),
             Param("P", "int64"), Param("H", "int64"), Param("W", "int64"), Param("OH", "int64"), Param("OW", "int64"),
             *((Param("WP", "int64"),) if separable else ()),
             Param("PB", "int64"), Param("t", "int64"), Param("T", "int64"))
@@ -165,20 +168,20 @@ def _separable_row(is_max: bool, kernel: tuple, strides: tuple, dil: tuple, pads
                 If(f"rv < H and rv <= ih0 + {(KH - 1) * DH}", tuple(
                     Assign(f"r{kh}", f"ih0 + {kh * DH} if ih0 + {kh * DH} >= 0 and ih0 + {kh * DH} < H else rv")
                     for kh in range(KH)) + (For("iw", "0", "W", (
-                        Assign("v", "xp[pl, r0, iw]"),
-                        *(Assign("v", _reduce(is_max, "v", f"xp[pl, r{kh}, iw]")) for kh in range(1, KH)),
+                        Assign("v", "x[pl, r0, iw]"),
+                        *(Assign("v", _reduce(is_max, "v", f"x[pl, r{kh}, iw]")) for kh in range(1, KH)),
                         Assign(col, "v"),
                     )),), (For("iw", "0", "W", (Assign(col, fill),)),)))
     else:   # a sum must not take a row twice: the edge rows add the rows inside one by one
         inside = (For("iw", "0", "W", (
-            Assign("v", "xp[pl, ih0, iw]"),
-            *(Assign("v", _reduce(is_max, "v", f"xp[pl, ih0 + {kh * DH}, iw]")) for kh in range(1, KH)),
+            Assign("v", "x[pl, ih0, iw]"),
+            *(Assign("v", _reduce(is_max, "v", f"x[pl, ih0 + {kh * DH}, iw]")) for kh in range(1, KH)),
             Assign(col, "v"),
         )),)
         edge = (For("iw", "0", "W", (Assign(col, fill),)),
                 For("kh", "0", str(KH), (
                     Assign("ih", f"ih0 + kh * {DH}"),
-                    If("ih >= 0 and ih < H", (For("iw", "0", "W", (Assign(col, _reduce(is_max, col, "xp[pl, ih, iw]")),)),)),
+                    If("ih >= 0 and ih < H", (For("iw", "0", "W", (Assign(col, _reduce(is_max, col, "x[pl, ih, iw]")),)),)),
                 )))
         rows = (Assign("ih0", f"oh * {SH} - {top}"),
                 If(f"ih0 >= 0 and ih0 + {(KH - 1) * DH} < H", inside, edge))

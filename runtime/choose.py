@@ -24,6 +24,8 @@ IN_MODEL = "in-model"
 # a key of a stored config that is not a knob: the kernel runs on every thread, however small (the
 # in-model check timed it faster so: `tuner.verify`); only the exact workload's record carries it
 SPLIT = "@split"
+# the other way: the kernel runs on one thread, however large (the in-model check timed it faster so)
+ONE = "@one"
 
 
 class StaleRecordError(TensortuneError):
@@ -37,6 +39,7 @@ class Choice:
     config: Config | None
     backend: str | None = None   # None: the model's backend; "cpu" for a CPU_FALLBACK
     split: bool = False          # run on every thread whatever its size (`SPLIT`)
+    one: bool = False            # run on one thread whatever its size (`ONE`)
 
 
 @dataclass
@@ -103,9 +106,9 @@ class Chooser:
                                        f"v{template.version}")
             else:
                 config = dict(found.config)
-                split = bool(config.pop(SPLIT, False)) and found.kind == TUNED
+                split, one = (bool(config.pop(k, False)) and found.kind == TUNED for k in (SPLIT, ONE))
                 try:
-                    return Choice(found.kind, template, template.space(wl).validate(config), split=split)
+                    return Choice(found.kind, template, template.space(wl).validate(config), split=split, one=one)
                 except ConfigError as e:
                     self._stale(wl, found, f"its config does not fit the template's space ({e})")
         return Choice(DEFAULT, template, template.default_config(wl))

@@ -502,8 +502,10 @@ class CompiledModel:
         for step, choice, wl in kernels:
             backend = get_backend(choice.backend, self.backend.settings) if choice.backend else None
             step.kernel = self._bound(step.index, choice.template, wl, choice.config, step.subgraph, backend)
-            if choice.split:
+            if choice.split:   # every thread (`codegen.cpu.threads_for` without a size), or one (a size of 0)
                 step.kernel.work_estimate = None
+            elif choice.one:
+                step.kernel.work_estimate = 0
             step.out_shape, step.out_dtype = tuple(wl.output_shape), wl.output_dtype
         if self.backend.device:   # folded shape values: uploaded once per program, like constants
             static = {v: self.backend.asarray(a, a.dtype) for v, a in static.items()}

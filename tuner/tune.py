@@ -660,11 +660,15 @@ def verification_lines(reports) -> list[str]:
              "rejected (their default config ran faster inside the model and is deployed instead)"]
     for x in v.rejected:
         lines.append(f"  rejected {x.name[:70]}: tuned {_ms(x.tuned_s)} vs default {_ms(x.default_s)} in the model")
-    if v.splits:
-        lines.append(f"  {len(v.splits)} kernel workload(s) its size keeps on fewer threads also timed on "
-                     f"{v.splits[0].threads}: {len(v.split)} ran faster so and are deployed on every thread")
-        for x in v.split:
-            lines.append(f"  every thread {x.name[:60]}: {_ms(x.one_s)} -> {_ms(x.split_s)}")
+    from runtime.choose import ONE, SPLIT
+    for key, timed, deployed in ((SPLIT, "its size keeps on fewer threads also timed on {}", "every thread"),
+                                 (ONE, "its size splits over {} threads also timed on one", "one thread")):
+        tried = [x for x in v.splits if x.key == key]
+        if tried:
+            kept = [x for x in v.split if x.key == key]
+            lines.append(f"  {len(tried)} kernel workload(s) {timed.format(tried[0].threads)}: {len(kept)} ran "
+                         f"faster so and are deployed on {deployed}")
+            lines += [f"  {deployed} {x.name[:60]}: {_ms(x.by_size[0])} -> {_ms(x.other[0])}" for x in kept]
     return lines
 
 

@@ -20,7 +20,11 @@ threads (`codegen.cpu.threads_for`) once more on every thread (a third model): t
 rule is one constant for every machine, and whether a 20 M-unit conv gains from a second
 thread depends on the machine's pool (1.3-1.6x on a Zen 4 guest, slower on Intel guests
 whose pool threads wake late). Where every thread ran it at least `SPLIT_GAIN` faster, a
-`SPLIT` record of its config deploys it so (`SplitVerdict`).
+`SPLIT` record of its config deploys it so (`SplitVerdict`). The other way too: each kernel
+its size splits is timed on one thread (a fourth model), and where that ran at least
+`SPLIT_GAIN` faster a `ONE` record keeps it there. On a 2-vCPU Zen 3 guest ViT-small's 1.2 MFLOP
+projections ran 14 us on one thread and 21 split, its 4.7 MFLOP MLP layers 58 and 45 us, and
+MobileNetV2's first convs gained or lost from a second thread with the host's phase.
 
 The same in-model times make tune's estimate of the deployed latency
 (`deployed_estimate`): each kernel counted with its time inside the model where this
@@ -34,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from schedules import get_template
-from runtime.choose import DEFAULT, IN_MODEL, NEAREST, REFERENCE, SPLIT, TUNED
+from runtime.choose import DEFAULT, IN_MODEL, NEAREST, ONE, REFERENCE, SPLIT, TUNED
 
 SPLIT_GAIN = 0.95        # every thread is kept only where it ran in at most this share of the time: the margin
                          # of the in-model noise, so that no kernel flips on a coin toss
@@ -68,21 +72,34 @@ class Verdict:
 
 @dataclass
 class SplitVerdict:
-    """One kernel workload timed inside the model on the threads its size gives it and on every thread."""
+    """One kernel workload timed inside the model on the threads its size gives it and on the
+    other count: every thread (`key` SPLIT) for a kernel the size rule keeps on fewer, one
+    thread (`key` ONE) for a kernel it splits."""
     workload: object              # ir.workload.Workload
     template: str
     template_version: int
     occurrences: int
     config: dict
     threads: int
-    one_s: float                  # typical in-model seconds per occurrence, as the size rule runs it
+    one_s: float                  # typical in-model seconds per occurrence, on the fewer threads
     split_s: float                # the same, on `threads` threads
     one_runs: list = field(default_factory=list)
     split_runs: list = field(default_factory=list)
+    key: str = SPLIT              # the config key that deploys the other count
+
+    @property
+    def other(self) -> tuple[float, list]:
+        """(seconds, runs) on the other count than the size rule's."""
+        return (self.split_s, self.split_runs) if self.key == SPLIT else (self.one_s, self.one_runs)
+
+    @property
+    def by_size(self) -> tuple[float, list]:
+        """(seconds, runs) as the size rule runs it."""
+        return (self.one_s, self.one_runs) if self.key == SPLIT else (self.split_s, self.split_runs)
 
     @property
     def kept(self) -> bool:
-        return self.split_s <= SPLIT_GAIN * self.one_s
+        return self.other[0] <= SPLIT_GAIN * self.by_size[0]
 
     @property
     def name(self) -> str:
@@ -112,7 +129,7 @@ class Verification:
     verdicts: list[Verdict]
     measured: Measured            # of the model as stored (before the verdicts) and the untuned one
     runs: int
-    splits: list[SplitVerdict] = field(default_factory=list)   # kernels also timed on every thread
+    splits: list[SplitVerdict] = field(default_factory=list)   # kernels also timed on every thread, or on one
 
     @property
     def split(self) -> list[SplitVerdict]:
@@ -262,11 +279,12 @@ def load_pair(graph, db, settings, fallback: str | None = None):
     return tuned, default
 
 
-class _EveryThread:
-    """A chooser that deploys what `inner` chooses, every kernel on every thread (`SPLIT`)."""
+class _Threads:
+    """A chooser that deploys what `inner` chooses, every kernel on every thread (`split`) or on
+    one (`one`)."""
 
-    def __init__(self, inner):
-        self.inner = inner
+    def __init__(self, inner, **flag):
+        self.inner, self.flag = inner, flag
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -274,16 +292,17 @@ class _EveryThread:
     def choose(self, wl):
         from dataclasses import replace
         c = self.inner.choose(wl)
-        return c if c.kind == REFERENCE else replace(c, split=True)
+        return c if c.kind == REFERENCE else replace(c, **self.flag)
 
 
-def split_model(graph, db, settings, fallback: str | None = None):
-    """The model `load_pair` tunes, each kernel run on every thread however small."""
+def thread_model(graph, db, settings, fallback: str | None = None, **flag):
+    """The model `load_pair` tunes, each kernel run on every thread however small (split=True)
+    or on one however large (one=True)."""
     import runtime
     from runtime.choose import Chooser
     m = runtime.load(graph, db=db, fallback=fallback, target=settings.backend, settings=settings)
-    m.chooser = _EveryThread(Chooser(None, m.chooser.db, m.chooser.target_key, kind=m.chooser.kind,
-                                     use_verdicts=False))
+    m.chooser = _Threads(Chooser(None, m.chooser.db, m.chooser.target_key, kind=m.chooser.kind,
+                                 use_verdicts=False), **flag)
     return m
 
 
@@ -293,6 +312,13 @@ def _cut_by_size(kernel, threads: int) -> bool:
     from codegen.cpu import threads_for
     w = kernel.work_estimate
     return w is not None and w >= SPLIT_MIN_WORK and threads_for(threads, None, w) < threads
+
+
+def _split_by_size(kernel, threads: int) -> bool:
+    """Whether the size rule runs this bound kernel on more than one thread."""
+    from codegen.cpu import threads_for
+    w = kernel.work_estimate
+    return w is not None and threads_for(threads, None, w) > 1
 
 
 def _kernel_steps(steps) -> dict[str, list[int]]:
@@ -348,9 +374,12 @@ def verify_in_model(graph, db, sizes: dict, settings, runs: int = 15, fallback: 
     t_steps, d_steps = tuned.prepare(feeds).steps, default.prepare(feeds).steps
     threads = settings.num_threads
     models = [tuned, default]
-    if threads > 1 and settings.backend == "cpu" and \
-            any(st.kernel is not None and _cut_by_size(st.kernel, threads) for st in t_steps):
-        models.append(split_model(graph, db, settings, fallback))
+    other = {}   # SPLIT / ONE -> (the test that picks a kernel for it, the index of its model)
+    for key, test, flag in ((SPLIT, _cut_by_size, {"split": True}), (ONE, _split_by_size, {"one": True})):
+        if threads > 1 and settings.backend == "cpu" and \
+                any(st.kernel is not None and test(st.kernel, threads) for st in t_steps):
+            other[key] = (test, len(models))
+            models.append(thread_model(graph, db, settings, fallback, **flag))
     runs = runs_to_span(models, feeds, runs, min_s)
     timed = interleaved(models, feeds, runs)
     (_, t_per), (_, d_per) = timed[:2]
@@ -365,32 +394,34 @@ def verify_in_model(graph, db, sizes: dict, settings, runs: int = 15, fallback: 
                                 per_occurrence(d_per, idx), runs_per_occurrence(t_per, idx),
                                 runs_per_occurrence(d_per, idx)))
     splits = []
-    if len(models) > 2:
-        s_per = timed[2][1]
-        s_steps = models[2].prepare(feeds).steps
+    for key, (test, m) in other.items():
+        o_per = timed[m][1]
+        o_steps = models[m].prepare(feeds).steps
         for idx in _kernel_steps(t_steps).values():
             ts = t_steps[idx[0]]
-            if not _cut_by_size(ts.kernel, threads) or s_steps[idx[0]].kernel is None:
+            if not test(ts.kernel, threads) or o_steps[idx[0]].kernel is None:
                 continue
             kt = ts.kernel.kernel
+            mine, theirs = (t_per, o_per) if key == SPLIT else (o_per, t_per)   # (fewer threads, `threads`)
             splits.append(SplitVerdict(kt.workload, kt.template, get_template(kt.template).version, len(idx),
-                                       kt.config.to_json(), threads, per_occurrence(t_per, idx),
-                                       per_occurrence(s_per, idx),
-                                       runs_per_occurrence(t_per, idx), runs_per_occurrence(s_per, idx)))
+                                       kt.config.to_json(), threads, per_occurrence(mine, idx),
+                                       per_occurrence(theirs, idx), runs_per_occurrence(mine, idx),
+                                       runs_per_occurrence(theirs, idx), key))
     return Verification(verdicts, measured_pair(tuned, default, feeds, runs, timed[:2]), max(1, runs), splits)
 
 
 def store_verdicts(db, verification: Verification, target) -> int:
     """One `IN_MODEL` record per config compared (tuned and default) of every verdict, and
-    of every kernel that ran faster on every thread its config on its threads and with
-    `SPLIT`, so the chooser deploys the fastest; returns how many were stored."""
+    of every kernel that ran faster on the other thread count its config on its threads and with
+    `SPLIT` (every thread) or `ONE` (one), so the chooser deploys the fastest; returns how many
+    were stored."""
     from database import Record
     recs = []
     compared = [(v.workload, v.template, v.template_version, ((v.tuned_config, v.tuned_s, v.tuned_runs),
                                                                (v.default_config, v.default_s, v.default_runs)))
                 for v in verification.verdicts]
-    compared += [(s.workload, s.template, s.template_version, ((s.config, s.one_s, s.one_runs),
-                                                               ({**s.config, SPLIT: True}, s.split_s, s.split_runs)))
+    compared += [(s.workload, s.template, s.template_version, ((s.config, *s.by_size),
+                                                               ({**s.config, s.key: True}, *s.other)))
                  for s in verification.split]
     for wl, template, version, configs in compared:
         for cfg, med, runs in configs:
@@ -455,12 +486,12 @@ def estimate_parts(reports, db, target_key: str, measured: Measured | None = Non
             wl = r.task.workload
             cfg = r.task.template.default_config(wl).to_json() if key in rejected or r.best_config is None \
                 else r.best_config
-        if key in split:   # the chooser deploys the fastest config timed in the model, on every thread too
+        if key in split:   # the chooser deploys the fastest config timed in the model, on the other count too
             sv = split[key]
             t_cfg = checked.get((key, config_hash(cfg))) if cfg is not None else None
-            if t_cfg is None or sv.split_s < t_cfg:
-                cfg = {**sv.config, SPLIT: True}
-                checked[(key, config_hash(cfg))] = sv.split_s
+            if t_cfg is None or sv.other[0] < t_cfg:
+                cfg = {**sv.config, sv.key: True}
+                checked[(key, config_hash(cfg))] = sv.other[0]
         found = []
         if cfg is not None:
             found.append(("in-model check", checked.get((key, config_hash(cfg)))))

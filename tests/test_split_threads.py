@@ -36,24 +36,33 @@ def _graph(C=C, HW=HW):
     return simplify(import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])))
 
 
-@pytest.fixture(scope="module")
-def verified(tmp_path_factory):
-    """The conv's check on two threads, against an empty database (its default config)."""
-    graph, settings = _graph(), Settings(threads=2)
-    db = Database(f"sqlite:///{tmp_path_factory.mktemp('split') / 's.db'}")
+def _verified(folder, c: int, hw: int):
+    """The check of a c-channel conv on hw x hw, on two threads, against an empty database (its
+    default config)."""
+    graph, settings = _graph(c, hw), Settings(threads=2)
+    db = Database(f"sqlite:///{folder / 'v.db'}")
     points = shape_points(graph.dims, None)
     return graph, settings, db, points, verify.verify_in_model(graph, db, points[0], settings, runs=3)
 
 
-@pytest.fixture
-def checked(verified, tmp_path):
+def _checked(verified, folder):
     """`verified` with a database of its own and a copy of the check to change."""
     graph, settings, _, points, v = verified
-    return graph, settings, Database(f"sqlite:///{tmp_path / 's.db'}"), points, copy.deepcopy(v)
+    return graph, settings, Database(f"sqlite:///{folder / 'c.db'}"), points, copy.deepcopy(v)
 
 
-def _x():
-    return {"x": np.random.default_rng(1).standard_normal((1, C, HW, HW)).astype(np.float32)}
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory):
+    return _verified(tmp_path_factory.mktemp("split"), C, HW)
+
+
+@pytest.fixture
+def checked(verified, tmp_path):
+    return _checked(verified, tmp_path)
+
+
+def _x(c: int = C, hw: int = HW):
+    return {"x": np.random.default_rng(1).standard_normal((1, c, hw, hw)).astype(np.float32)}
 
 
 def test_a_kernel_cut_by_its_size_is_timed_on_every_thread(checked):
@@ -88,18 +97,27 @@ def test_a_faster_split_is_stored_and_deployed_on_every_thread(checked):
         np.testing.assert_allclose(deployed.run(_x())["y"], untuned, rtol=1e-5, atol=1e-5)
 
     # tune's estimate counts the conv with its time on every thread
+    assert _estimated(graph, points, db, target, v, s.one_s) == [pytest.approx(s.split_s)]
+
+
+def _estimated(graph, points, db, target, v, default_s: float) -> list:
+    """tune's estimate of the conv's seconds, from the check `v` and the database."""
     tasks, _ = extract_tasks(graph, points)
-    rep = TaskReport(tasks[0], best=None, best_config=None, default=s.one_s)
-    parts = verify.estimate_parts([rep], db, target.key, v.measured, v)
-    assert [p.seconds for p in parts] == [pytest.approx(s.split_s)]
+    rep = TaskReport(tasks[0], best=None, best_config=None, default=default_s)
+    return [p.seconds for p in verify.estimate_parts([rep], db, target.key, v.measured, v)]
+
+
+def _deployed_after_storing(checked, x):
+    """The conv's step deployed from the database after storing the check `checked` holds."""
+    graph, settings, db, points, v = checked
+    assert verify.store_verdicts(db, v, host_target(settings=settings)) == 0
+    return runtime.load(graph, db=db, settings=settings).prepare(x).steps[0]
 
 
 def test_a_split_that_did_not_pay_is_not_stored(checked):
-    graph, settings, db, points, v = checked
+    v = checked[-1]
     v.splits[0].split_s = v.splits[0].one_s * 1.01   # within the noise margin
-    assert verify.store_verdicts(db, v, host_target(settings=settings)) == 0
-    step = runtime.load(graph, db=db, settings=settings).prepare(_x()).steps[0]
-    assert step.kernel.work_estimate is not None
+    assert _deployed_after_storing(checked, _x()).kernel.work_estimate is not None
 
 
 class TaskReportsWith:
@@ -117,21 +135,17 @@ def test_two_thread_models_have_a_window_of_split_candidates():
 
 @pytest.fixture(scope="module")
 def verified_split(tmp_path_factory):
-    """The check of a conv the size rule splits, on two threads, against an empty database."""
-    graph, settings = _graph(C_SPLIT, HW_SPLIT), Settings(threads=2)
-    db = Database(f"sqlite:///{tmp_path_factory.mktemp('one') / 'o.db'}")
-    points = shape_points(graph.dims, None)
-    return graph, settings, db, points, verify.verify_in_model(graph, db, points[0], settings, runs=3)
+    """The check of a conv the size rule splits."""
+    return _verified(tmp_path_factory.mktemp("one"), C_SPLIT, HW_SPLIT)
 
 
 @pytest.fixture
 def checked_split(verified_split, tmp_path):
-    graph, settings, _, points, v = verified_split
-    return graph, settings, Database(f"sqlite:///{tmp_path / 'o.db'}"), points, copy.deepcopy(v)
+    return _checked(verified_split, tmp_path)
 
 
 def _x_split():
-    return {"x": np.random.default_rng(1).standard_normal((1, C_SPLIT, HW_SPLIT, HW_SPLIT)).astype(np.float32)}
+    return _x(C_SPLIT, HW_SPLIT)
 
 
 def test_a_kernel_split_by_its_size_is_timed_on_one_thread(checked_split):
@@ -164,15 +178,10 @@ def test_a_faster_single_thread_is_stored_and_deployed_on_one_thread(checked_spl
         np.testing.assert_allclose(deployed.run(_x_split())["y"], untuned.run(_x_split())["y"], rtol=1e-5, atol=1e-5)
 
     # tune's estimate counts the conv with its time on one thread
-    tasks, _ = extract_tasks(graph, points)
-    rep = TaskReport(tasks[0], best=None, best_config=None, default=s.split_s)
-    parts = verify.estimate_parts([rep], db, target.key, v.measured, v)
-    assert [p.seconds for p in parts] == [pytest.approx(s.one_s)]
+    assert _estimated(graph, points, db, target, v, s.split_s) == [pytest.approx(s.one_s)]
 
 
 def test_a_single_thread_that_did_not_pay_is_not_stored(checked_split):
-    graph, settings, db, points, v = checked_split
+    v = checked_split[-1]
     v.splits[0].one_s = v.splits[0].split_s * 0.97   # within the noise margin
-    assert verify.store_verdicts(db, v, host_target(settings=settings)) == 0
-    step = runtime.load(graph, db=db, settings=settings).prepare(_x_split()).steps[0]
-    assert step.kernel.work_estimate
+    assert _deployed_after_storing(checked_split, _x_split()).kernel.work_estimate
